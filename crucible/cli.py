@@ -1,0 +1,59 @@
+"""The ``crucible`` command line: one entry point, one subcommand per job.
+
+Subcommand handlers import their heavy dependencies (MAX, torch) lazily so that ``crucible models`` and
+``crucible --help`` answer at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from crucible import __version__
+from crucible.registry import list_models
+
+
+def _human_size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.1f} {unit}" if unit != "B" else f"{int(size)} B"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    """Prints the registry's models, where each is installed and its size."""
+    del args
+    for row in list_models():
+        print(f"{row.name}  {row.description}")
+        if row.path is None:
+            print(f"    not installed; install with: {row.install}")
+        else:
+            print(f"    path: {row.path}")
+            print(f"    size: {_human_size(row.size_bytes or 0)} ({row.size_bytes} bytes)")
+    print("Any other model is a local path: a .gguf file or a Hugging Face folder "
+          "(config.json, *.safetensors, tokenizer files).")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Builds the argument parser with every subcommand."""
+    parser = argparse.ArgumentParser(prog="crucible", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"crucible {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("models", help="list the models Crucible can load by name, and where they are")
+    p.set_defaults(func=cmd_models)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command line and returns the exit status."""
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
