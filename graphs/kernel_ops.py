@@ -1,0 +1,202 @@
+"""Graph-building wrappers for Crucible's Mojo custom ops (``kernels/``).
+
+Each function adds one ``crucible.*`` custom op to the current ``max.graph.Graph`` with its output
+type worked out from the inputs, so model code reads like math. The graph must be created with
+``custom_extensions=[kernel_package().path]``.
+
+Shapes use the names of the op headers: ``T`` tokens of a ragged batch, ``B`` sequences, ``H`` hidden,
+``Hq``/``Hkv`` query/key-value heads, ``D`` head_dim, ``I`` MLP width.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from max.dtype import DType
+from max.graph import BufferValue, DeviceRef, TensorType, TensorValue, ops
+
+# GGUF block formats our qmatmul/embedding read byte for byte: (block elements, bytes per block).
+QUANT_BLOCKS: dict[str, tuple[int, int]] = {
+    "q4_0": (32, 18),   # f16 d, 16 bytes of nibbles: x = d * (q - 8)
+    "q4_1": (32, 20),   # f16 d, f16 m, 16 bytes of nibbles: x = d * q + m
+    "q8_0": (32, 34),   # f16 d, 32 int8: x = d * q
+    "f16": (1, 2),      # IEEE half per element
+}
+QType = Literal["q4_0", "q4_1", "q8_0", "f16"]
+MatmulVariant = Literal["auto", "gemv", "gemm", "tiled", "tensor_core"]
+
+
+def _device(*values: TensorValue) -> DeviceRef:
+    return values[0].device
+
+
+def matmul(x: TensorValue, w: TensorValue, variant: MatmulVariant = "auto") -> TensorValue:
+    """y = x @ w^T.
+
+    Args:
+        x: [M, K] activations.
+        w: [N, K] weights (nn.Linear layout).
+        variant: CPU ``auto|gemv|gemm``; GPU ``auto|tiled|tensor_core``.
+
+    Returns:
+        [M, N] in x's dtype.
+    """
+    out = TensorType(x.dtype, [x.shape[0], w.shape[0]], device=_device(x))
+    return ops.custom("crucible.matmul", _device(x), [x, w], [out], parameters={"variant": variant})[0].tensor
+
+
+def qmatmul(x: TensorValue, wq: TensorValue, n_out: int, k_in: int, qtype: QType) -> TensorValue:
+    """y = x @ dequant(wq)^T with wq holding GGUF blocks byte for byte.
+
+    Args:
+        x: [M, K] float32 activations.
+        wq: [N, K / block * block_bytes] uint8, one row of blocks per output feature.
+        n_out: N.
+        k_in: K (a multiple of the block size).
+        qtype: Block format of wq.
+
+    Returns:
+        [M, N] float32.
+    """
+    block, nbytes = QUANT_BLOCKS[qtype]
+    if k_in % block:
+        raise ValueError(f"{qtype}: K={k_in} is not a multiple of the block size {block}")
+    if int(wq.shape[1]) != k_in // block * nbytes or int(wq.shape[0]) != n_out:
+        raise ValueError(f"{qtype}: weight bytes {list(wq.shape)} do not hold [{n_out}, {k_in}]")
+    out = TensorType(x.dtype, [x.shape[0], n_out], device=_device(x))
+    return ops.custom("crucible.qmatmul", _device(x), [x, wq], [out], parameters={"qtype": qtype})[0].tensor
+
+
+def embedding(ids: TensorValue, table: TensorValue, hidden: int, qtype: str) -> TensorValue:
+    """Gathers rows of an embedding table, decoding GGUF blocks for the gathered rows only.
+
+    Args:
+        ids: [T] int64 token ids.
+        table: [V, H] float32 (qtype "f32") or [V, H / block * block_bytes] uint8.
+        hidden: H.
+        qtype: "f32" or a key of QUANT_BLOCKS.
+
+    Returns:
+        [T, H] float32.
+    """
+    out = TensorType(DType.float32, [ids.shape[0], hidden], device=_device(ids))
+    return ops.custom("crucible.embedding", _device(ids), [ids, table], [out],
+                      parameters={"qtype": qtype})[0].tensor
+
+
+def rmsnorm(x: TensorValue, weight: TensorValue, eps: float) -> TensorValue:
+    """x / sqrt(mean(x^2) + eps) * weight over the last dim.
+
+    Args:
+        x: [T, H].
+        weight: [H].
+        eps: Epsilon inside the square root.
+    """
+    out = TensorType(x.dtype, x.shape, device=_device(x))
+    return ops.custom("crucible.rmsnorm", _device(x), [x, weight], [out],
+                      parameters={"eps": float(eps)})[0].tensor
+
+
+def rope(x: TensorValue, inv_freq: TensorValue, row_offsets: TensorValue, start_pos: TensorValue,
+         interleaved: bool) -> TensorValue:
+    """Rotary position embedding of a ragged batch.
+
+    Args:
+        x: [T, heads, D].
+        inv_freq: [D / 2] float32 inverse frequencies (rope_theta and any scaling folded in).
+        row_offsets: [B + 1] uint32 token offsets of the sequences.
+        start_pos: [B] uint32 position of each sequence's first token (its cached length).
+        interleaved: Pairs (2i, 2i+1) (GGUF Llama) instead of (i, i + D/2) (HF Llama, Qwen2).
+
+    Returns:
+        [T, heads, D].
+    """
+    out = TensorType(x.dtype, x.shape, device=_device(x))
+    return ops.custom("crucible.rope", _device(x), [x, inv_freq, row_offsets, start_pos], [out],
+                      parameters={"interleaved": interleaved})[0].tensor
+
+
+def silu_mul(gate_up: TensorValue) -> TensorValue:
+    """silu(gate) * up for a fused projection.
+
+    Args:
+        gate_up: [T, 2I], gate in the first half of each row, up in the second.
+
+    Returns:
+        [T, I].
+    """
+    width = gate_up.shape[1] // 2
+    out = TensorType(gate_up.dtype, [gate_up.shape[0], width], device=_device(gate_up))
+    return ops.custom("crucible.silu_mul", _device(gate_up), [gate_up], [out])[0].tensor
+
+
+def attention_ragged(q: TensorValue, k: TensorValue, v: TensorValue, row_offsets: TensorValue) -> TensorValue:
+    """Causal GQA attention within each sequence of a ragged batch (K/V contiguous, no cache).
+
+    Args:
+        q: [T, Hq, D].
+        k: [T, Hkv, D].
+        v: [T, Hkv, D].
+        row_offsets: [B + 1] uint32.
+
+    Returns:
+        [T, Hq, D].
+    """
+    out = TensorType(q.dtype, q.shape, device=_device(q))
+    return ops.custom("crucible.attention_ragged", _device(q), [q, k, v, row_offsets], [out])[0].tensor
+
+
+def kv_cache_write(kv_blocks: BufferValue, k: TensorValue, v: TensorValue, row_offsets: TensorValue,
+                   cache_lengths: TensorValue, lookup_table: TensorValue, layer: int) -> None:
+    """Stores the new K/V rows of each sequence after its cached ones, into their pages (in place).
+
+    Args:
+        kv_blocks: [pages, 2, L, page_size, Hkv, D] MAX's paged cache buffer.
+        k: [T, Hkv, D] new keys (rope applied).
+        v: [T, Hkv, D] new values.
+        row_offsets: [B + 1] uint32.
+        cache_lengths: [B] uint32 tokens already cached per sequence.
+        lookup_table: [B, max_pages] uint32 page ids.
+        layer: Layer index into the cache.
+    """
+    layer_t = ops.constant(layer, DType.uint32, device=DeviceRef.CPU())
+    ops.inplace_custom("crucible.kv_cache_write", _device(k),
+                       [kv_blocks, k, v, row_offsets, cache_lengths, lookup_table, layer_t])
+
+
+def attention_paged(q: TensorValue, kv_blocks: BufferValue, row_offsets: TensorValue,
+                    cache_lengths: TensorValue, lookup_table: TensorValue, layer: int) -> TensorValue:
+    """Causal GQA attention of new tokens over their sequence's cached and new K/V (paged).
+
+    The new tokens' K/V must already be written (``kv_cache_write``). Token i of sequence b sits at
+    position cache_lengths[b] + i and attends to positions [0, cache_lengths[b] + i].
+
+    Args:
+        q: [T, Hq, D].
+        kv_blocks: [pages, 2, L, page_size, Hkv, D].
+        row_offsets: [B + 1] uint32.
+        cache_lengths: [B] uint32.
+        lookup_table: [B, max_pages] uint32.
+        layer: Layer index into the cache.
+
+    Returns:
+        [T, Hq, D].
+    """
+    layer_t = ops.constant(layer, DType.uint32, device=DeviceRef.CPU())
+    out = TensorType(q.dtype, q.shape, device=_device(q))
+    return ops.inplace_custom("crucible.attention_paged", _device(q),
+                              [q, kv_blocks, row_offsets, cache_lengths, lookup_table, layer_t],
+                              [out])[0].tensor
+
+
+def read_bandwidth(x: TensorValue) -> TensorValue:
+    """Sums x with plain vector loads on every core: the read-bandwidth ceiling probe.
+
+    Args:
+        x: [n] float32.
+
+    Returns:
+        [1] float32, the sum (so the loads cannot be optimized away).
+    """
+    out = TensorType(DType.float32, [1], device=_device(x))
+    return ops.custom("crucible.read_bandwidth", _device(x), [x], [out])[0].tensor

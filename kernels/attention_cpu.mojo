@@ -1,0 +1,199 @@
+# CPU causal GQA attention with online (flash-style) softmax in fp32, for ragged prefill, prefill with
+# history and decode (the K/V source is a KVView: contiguous or paged).
+#
+# Work is split into tasks (sequence b, kv head g, tile of query tokens, key split). A tile holds the
+# G = Hq / Hkv query heads of up to TQ tokens (ROWS rows in all), so each key and value row is loaded
+# once per tile and used by every row of it. Scores are computed a block of BK keys at a time, then
+# the running max / denominator / output of each row are rescaled (online softmax). When a batch has
+# few tiles and long contexts (decode), the keys are split across tasks as well (flash-decoding) and
+# the partial results are merged in a second pass, so both cores stay busy for one sequence.
+# head_dim D is a compile-time parameter (64 or 128) so a row's output stays in registers.
+
+from std.math import exp, sqrt
+from max.gpu.host import DeviceContext
+
+from .common import F32, FW, Ptr, ceil_div, cpu_threads, parallel_for, scratch
+from .kv_layout import KVView
+
+comptime ROWS = 16        # query rows (tokens x heads of one kv group) per tile
+comptime BK = 64          # keys per score block
+comptime NEG_INF = Float32(-3.0e38)
+
+
+@always_inline
+def _dot[D: Int](a: Ptr[F32], b: Ptr[F32]) -> Float32:
+    var acc = SIMD[F32, FW](0)
+    comptime for i in range(D // FW):
+        acc = a.unsafe_load[width=FW](i * FW).fma(b.unsafe_load[width=FW](i * FW), acc)
+    return acc.reduce_add()
+
+
+def _tile[D: Int](
+    q: Ptr[F32], kv: KVView[F32], b: Int, g: Int, G: Int, Hq: Int, seq_start: Int, ctx_start: Int,
+    t0: Int, t1: Int, k_lo: Int, k_hi: Int, scale: Float32,
+    o_part: Ptr[F32], ml_part: Ptr[F32], scores: Ptr[F32],
+):
+    # Rows r = (t - t0) * G + h' for tokens t in [t0, t1) (ragged rows) and heads g*G + h'. Query t
+    # sits at position ctx_start + t - seq_start and sees keys [k_lo, min(k_hi, pos + 1)).
+    # Writes un-normalized outputs o_part[r, :], and ml_part[r] = (max, denominator).
+    var rows = (t1 - t0) * G
+    var last_pos = ctx_start + (t1 - 1) - seq_start
+    var k_end = min(k_hi, last_pos + 1)
+    for r in range(rows):
+        ml_part[unsafe_offset=2 * r] = NEG_INF
+        ml_part[unsafe_offset=2 * r + 1] = 0
+        for d in range(D):
+            o_part[unsafe_offset=r * D + d] = 0
+    var j0 = k_lo
+    while j0 < k_end:
+        var j1 = min(k_end, j0 + BK)
+        # Scores: each key row is loaded once and dotted with every query row of the tile.
+        for j in range(j0, j1):
+            var kp = kv.key(b, seq_start, j, g)
+            for r in range(rows):
+                var t = t0 + r // G
+                var pos = ctx_start + t - seq_start
+                var s = NEG_INF
+                if j <= pos:
+                    var qp = q.unsafe_offset((t * Hq + g * G + r % G) * D)
+                    s = _dot[D](qp, kp) * scale
+                scores[unsafe_offset=r * BK + (j - j0)] = s
+        # Online softmax and P @ V, one row at a time with its output in registers.
+        var n = j1 - j0
+        for r in range(rows):
+            var srow = scores.unsafe_offset(r * BK)
+            var m_old = ml_part[unsafe_offset=2 * r]
+            var m_blk = NEG_INF
+            for jj in range(n):
+                m_blk = max(m_blk, srow[unsafe_offset=jj])
+            if m_blk == NEG_INF:
+                continue  # every key of this block is in this row's future
+            var m_new = max(m_old, m_blk)
+            var alpha = exp(m_old - m_new)
+            var l = ml_part[unsafe_offset=2 * r + 1] * alpha
+            var jj = 0
+            while jj + FW <= n:
+                var p = exp(srow.unsafe_load[width=FW](jj) - m_new)
+                srow.unsafe_store(jj, p)
+                l += p.reduce_add()
+                jj += FW
+            while jj < n:
+                var p1 = exp(srow[unsafe_offset=jj] - m_new)
+                srow[unsafe_offset=jj] = p1
+                l += p1
+                jj += 1
+            var acc = Array[SIMD[F32, FW], D // FW](fill=SIMD[F32, FW](0))
+            var orow = o_part.unsafe_offset(r * D)
+            comptime for i in range(D // FW):
+                acc[i] = orow.unsafe_load[width=FW](i * FW) * alpha
+            for j in range(n):
+                var pj = srow[unsafe_offset=j]
+                if pj == 0:
+                    continue
+                var vp = kv.value(b, seq_start, j0 + j, g)
+                comptime for i in range(D // FW):
+                    acc[i] = vp.unsafe_load[width=FW](i * FW).fma(SIMD[F32, FW](pj), acc[i])
+            comptime for i in range(D // FW):
+                orow.unsafe_store(i * FW, acc[i])
+            ml_part[unsafe_offset=2 * r] = m_new
+            ml_part[unsafe_offset=2 * r + 1] = l
+        j0 = j1
+
+
+def attention_cpu[D: Int](
+    o: Ptr[F32], q: Ptr[F32], kv: KVView[F32], offsets: Ptr[DType.uint32], cache_lens: Ptr[DType.uint32],
+    has_cache: Bool, B: Int, Hq: Int, Hkv: Int, ctx: DeviceContext,
+) raises:
+    """o[t, h, :] = softmax(q[t, h] . K^T / sqrt(D)) V over the causal prefix of t's sequence.
+
+    Without a cache (has_cache False, ragged prefill) every sequence starts at position 0.
+    """
+    comptime assert D % FW == 0, "head_dim must be a multiple of the SIMD width"
+    var G = Hq // Hkv
+    var tq = max(1, ROWS // G)
+    var scale = Float32(1.0) / sqrt(Float32(D))
+    # Tiles: (b, g, token tile). Each gets `splits` key ranges when there are too few tiles.
+    var n_tiles = 0
+    var max_ctx = 0
+    for b in range(B):
+        var n_new = Int(offsets[unsafe_offset=b + 1]) - Int(offsets[unsafe_offset=b])
+        n_tiles += ceil_div(n_new, tq) * Hkv
+        var base = Int(cache_lens[unsafe_offset=b]) if has_cache else 0
+        max_ctx = max(max_ctx, base + n_new)
+    if n_tiles == 0:
+        return
+    var splits = 1
+    if n_tiles < 2 * cpu_threads() and max_ctx >= 512:
+        splits = min(ceil_div(2 * cpu_threads(), n_tiles), ceil_div(max_ctx, 256))
+    var tile_b = scratch[DType.int64](n_tiles * 3)  # (b, g, first token) per tile
+    var i = 0
+    for b in range(B):
+        var s0 = Int(offsets[unsafe_offset=b])
+        var s1 = Int(offsets[unsafe_offset=b + 1])
+        for g in range(Hkv):
+            var t = s0
+            while t < s1:
+                tile_b[unsafe_offset=3 * i] = Int64(b)
+                tile_b[unsafe_offset=3 * i + 1] = Int64(g)
+                tile_b[unsafe_offset=3 * i + 2] = Int64(t)
+                i += 1
+                t += tq
+    var per_task = ROWS * D + 2 * ROWS + ROWS * BK
+    var work = scratch[F32](n_tiles * splits * per_task)
+
+    def task(id: Int) {var o, var q, var kv, var offsets, var cache_lens, var has_cache, var Hq, var G, var tq, var scale,
+                       var splits, var tile_b, var work, var per_task}:
+        var tile = id // splits
+        var split = id % splits
+        var b = Int(tile_b[unsafe_offset=3 * tile])
+        var g = Int(tile_b[unsafe_offset=3 * tile + 1])
+        var t0 = Int(tile_b[unsafe_offset=3 * tile + 2])
+        var seq_start = Int(offsets[unsafe_offset=b])
+        var t1 = min(Int(offsets[unsafe_offset=b + 1]), t0 + tq)
+        var ctx_start = Int(cache_lens[unsafe_offset=b]) if has_cache else 0
+        var n_keys = ctx_start + (t1 - 1 - seq_start) + 1
+        var chunk = ceil_div(n_keys, splits)
+        var mem = work.unsafe_offset(id * per_task)
+        var o_part = mem
+        var ml = mem.unsafe_offset(ROWS * D)
+        var sc = ml.unsafe_offset(2 * ROWS)
+        _tile[D](q, kv, b, g, G, Hq, seq_start, ctx_start, t0, t1, split * chunk,
+                 min(n_keys, (split + 1) * chunk), scale, o_part, ml, sc)
+        if splits == 1:
+            for r in range((t1 - t0) * G):
+                var t = t0 + r // G
+                var dst = o.unsafe_offset((t * Hq + g * G + r % G) * D)
+                var inv = 1.0 / ml[unsafe_offset=2 * r + 1]
+                for d in range(D):
+                    dst[unsafe_offset=d] = o_part[unsafe_offset=r * D + d] * inv
+
+    parallel_for(task, n_tiles * splits, ctx)
+
+    if splits > 1:
+        # Merge the key splits of each tile: rescale every partial to the global max.
+        for tile in range(n_tiles):
+            var b = Int(tile_b[unsafe_offset=3 * tile])
+            var g = Int(tile_b[unsafe_offset=3 * tile + 1])
+            var t0 = Int(tile_b[unsafe_offset=3 * tile + 2])
+            var t1 = min(Int(offsets[unsafe_offset=b + 1]), t0 + tq)
+            for r in range((t1 - t0) * G):
+                var m = NEG_INF
+                for s in range(splits):
+                    m = max(m, work[unsafe_offset=(tile * splits + s) * per_task + ROWS * D + 2 * r])
+                var l = Float32(0)
+                var acc = Array[SIMD[F32, FW], D // FW](fill=SIMD[F32, FW](0))
+                for s in range(splits):
+                    var mem = work.unsafe_offset((tile * splits + s) * per_task)
+                    var ls = mem[unsafe_offset=ROWS * D + 2 * r + 1]
+                    if ls == 0:
+                        continue
+                    var w = exp(mem[unsafe_offset=ROWS * D + 2 * r] - m)
+                    l += ls * w
+                    comptime for k in range(D // FW):
+                        acc[k] = mem.unsafe_load[width=FW](r * D + k * FW).fma(SIMD[F32, FW](w), acc[k])
+                var t = t0 + r // G
+                var dst = o.unsafe_offset((t * Hq + g * G + r % G) * D)
+                comptime for k in range(D // FW):
+                    dst.unsafe_store(k * FW, acc[k] / l)
+    work.unsafe_free()
+    tile_b.unsafe_free()

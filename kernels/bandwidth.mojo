@@ -1,0 +1,73 @@
+# crucible.read_bandwidth: sums a float32 vector with plain vector loads, split evenly over the cores.
+# The benchmark times it on a buffer several times the last-level cache to measure the machine's read
+# bandwidth in the same run as the kernels, the ceiling for memory-bound rows (GEMV, qmatmul, decode
+# attention). The sum is returned so the loads cannot be elided.
+
+import extensibility
+from extensibility import InputTensor, OutputTensor
+from max.algorithm.functional import parallelize
+from max.gpu import block_idx, thread_idx
+from max.gpu.host import DeviceContext
+from max.gpu.primitives.warp import sum as warp_sum
+
+from .common import F32, FW, Ptr, ceil_div, cpu_threads, scratch
+
+
+def _sum_kernel(result: Ptr[F32], x: Ptr[F32], n: Int64):
+    # One block of 1024 threads per 64K elements; partial sums are atomically irrelevant here: each
+    # block writes its own slot of `out`, the host-visible result is out[0] of block 0 only.
+    var tid = Int(thread_idx.x)
+    var base = Int(block_idx.x) * 65536
+    var acc = Float32(0)
+    for i in range(64):
+        var idx = base + i * 1024 + tid
+        if idx < Int(n):
+            acc += x[unsafe_offset=idx]
+    acc = warp_sum(acc)
+    if tid == 0 and Int(block_idx.x) == 0:
+        result[unsafe_offset=0] = acc
+
+
+@extensibility.register("crucible.read_bandwidth")
+struct ReadBandwidth:
+    @staticmethod
+    def execute[target: StaticString](
+        result: OutputTensor[dtype=F32, rank=1, ...],
+        x: InputTensor[dtype=F32, rank=1, ...],
+        ctx: DeviceContext,
+    ) raises:
+        var n = x.dim_size(0)
+        var xp = rebind[Ptr[F32]](x.unsafe_ptr())
+        var op = rebind[Ptr[F32]](result.unsafe_ptr())
+        comptime if target == "cpu":
+            var tasks = cpu_threads()
+            var per = ceil_div(ceil_div(n, tasks), 4 * FW) * 4 * FW
+            var partial = scratch[F32](tasks)
+
+            def work(t: Int) {var xp, var partial, var per, var n}:
+                var a0 = SIMD[F32, FW](0)
+                var a1 = SIMD[F32, FW](0)
+                var a2 = SIMD[F32, FW](0)
+                var a3 = SIMD[F32, FW](0)
+                var i = t * per
+                var end = min(n, i + per)
+                while i + 4 * FW <= end:
+                    a0 += xp.unsafe_load[width=FW](i)
+                    a1 += xp.unsafe_load[width=FW](i + FW)
+                    a2 += xp.unsafe_load[width=FW](i + 2 * FW)
+                    a3 += xp.unsafe_load[width=FW](i + 3 * FW)
+                    i += 4 * FW
+                var s = (a0 + a1 + a2 + a3).reduce_add()
+                while i < end:
+                    s += xp[unsafe_offset=i]
+                    i += 1
+                partial[unsafe_offset=t] = s
+
+            parallelize(work, tasks)
+            var total = Float32(0)
+            for t in range(tasks):
+                total += partial[unsafe_offset=t]
+            op[unsafe_offset=0] = total
+            partial.unsafe_free()
+        else:
+            ctx.enqueue_function[_sum_kernel](op, xp, Int64(n), grid_dim=ceil_div(n, 65536), block_dim=1024)

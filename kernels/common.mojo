@@ -1,0 +1,49 @@
+# Shared helpers for the kernels: pointer aliases, scratch memory, half-precision decode, CPU sizing.
+
+from std.memory import alloc, bitcast
+from std.sys.info import num_physical_cores, simd_width_of
+from max.algorithm.functional import parallelize
+from max.gpu.host import DeviceContext
+from max.gpu.host.device_context import DeviceContextBase
+from std.sys.info import CompilationTarget
+
+comptime Ptr[dtype: DType] = Pointer[Scalar[dtype], MutAnyOrigin]
+comptime BytePtr = Pointer[UInt8, MutAnyOrigin]
+comptime F32 = DType.float32
+# SIMD width of float32 on the compile target (16 with AVX-512, 8 with AVX2).
+comptime FW = simd_width_of[DType.float32]()
+
+
+def scratch[dtype: DType](n: Int) -> Ptr[dtype]:
+    """Allocates n elements of per-call scratch (freed by the caller with unsafe_free)."""
+    return rebind[Ptr[dtype]](alloc[Scalar[dtype]](n))
+
+
+@always_inline
+def load_f16_as_f32(p: BytePtr) -> Float32:
+    """Reads an IEEE half at an arbitrary (possibly odd) byte address; GGUF block scales are halves."""
+    var bits = UInt16(p[unsafe_offset=0]) | (UInt16(p[unsafe_offset=1]) << 8)
+    return bitcast[DType.float16, 1](bits).cast[F32]()
+
+
+def cpu_threads() -> Int:
+    """Worker count for CPU kernels: one per physical core (SMT siblings share the FMA units)."""
+    return max(1, num_physical_cores())
+
+
+def ceil_div(a: Int, b: Int) -> Int:
+    return (a + b - 1) // b
+
+
+
+
+def parallel_for[FuncType: def(Int) -> None](func: FuncType, n: Int, ctx: DeviceContext):
+    """Runs func(0), ..., func(n - 1) on one worker per physical core of the op's CPU context."""
+    if n <= 0:
+        return
+    var workers = min(n, cpu_threads())
+    if workers == 1:
+        for i in range(n):
+            func(i)
+        return
+    parallelize(func, n, workers)

@@ -1,0 +1,67 @@
+# Where a sequence's keys and values live, for the two attention ops.
+#
+# Ragged (contiguous): k, v are [T, Hkv, D]; key j of sequence b is row offsets[b] + j.
+# Paged: MAX's KV cache buffer kv_blocks [pages, 2, layers, page_size, Hkv, D] (K at index 0 of dim 1,
+# V at 1), a page table lookup[b, j // page_size] and slot j % page_size. Strides are read off the
+# buffer (MAX may hand a strided view of a larger page slab), so no layout is assumed beyond the dims.
+
+from .common import F32, Ptr
+
+# Struct fields may not carry MutAnyOrigin; the view only lives for one op call, so untracked is right.
+comptime UPtr[dtype: DType] = Pointer[Scalar[dtype], MutUntrackedOrigin]
+
+
+struct KVView[dtype: DType](Copyable, ImplicitlyCopyable, Movable):
+    """Addresses key/value rows of one layer, ragged or paged."""
+
+    var _base: UPtr[Self.dtype]       # ragged: k tensor; paged: kv_blocks at (page 0, K, layer, slot 0)
+    var _v_base: UPtr[Self.dtype]     # ragged: v tensor; paged: kv_blocks at (page 0, V, layer, slot 0)
+    var _lookup: UPtr[DType.uint32]   # paged: [B, max_pages] page ids (unused when ragged)
+    var lookup_cols: Int
+    var page_size: Int
+    var page_stride: Int              # elements between pages
+    var slot_stride: Int              # elements between slots (tokens) of a page / rows of ragged K
+    var head_stride: Int              # elements between kv heads
+    var paged: Bool
+
+    def __init__(
+        out self, base: Ptr[Self.dtype], v_base: Ptr[Self.dtype], lookup: Ptr[DType.uint32], lookup_cols: Int,
+        page_size: Int, page_stride: Int, slot_stride: Int, head_stride: Int, paged: Bool,
+    ):
+        self._base = rebind[UPtr[Self.dtype]](base)
+        self._v_base = rebind[UPtr[Self.dtype]](v_base)
+        self._lookup = rebind[UPtr[DType.uint32]](lookup)
+        self.lookup_cols = lookup_cols
+        self.page_size = page_size
+        self.page_stride = page_stride
+        self.slot_stride = slot_stride
+        self.head_stride = head_stride
+        self.paged = paged
+
+    @always_inline
+    def base(self) -> Ptr[Self.dtype]:
+        return rebind[Ptr[Self.dtype]](self._base)
+
+    @always_inline
+    def v_base(self) -> Ptr[Self.dtype]:
+        return rebind[Ptr[Self.dtype]](self._v_base)
+
+    @always_inline
+    def lookup(self) -> Ptr[DType.uint32]:
+        return rebind[Ptr[DType.uint32]](self._lookup)
+
+    @always_inline
+    def _offset(self, b: Int, seq_start: Int, j: Int, g: Int) -> Int:
+        if self.paged:
+            var page = Int(self._lookup[unsafe_offset=b * self.lookup_cols + j // self.page_size])
+            return page * self.page_stride + (j % self.page_size) * self.slot_stride + g * self.head_stride
+        return (seq_start + j) * self.slot_stride + g * self.head_stride
+
+    @always_inline
+    def key(self, b: Int, seq_start: Int, j: Int, g: Int) -> Ptr[Self.dtype]:
+        """Key j (position in the sequence) of kv head g of sequence b; seq_start is its first ragged row."""
+        return self.base().unsafe_offset(self._offset(b, seq_start, j, g))
+
+    @always_inline
+    def value(self, b: Int, seq_start: Int, j: Int, g: Int) -> Ptr[Self.dtype]:
+        return self.v_base().unsafe_offset(self._offset(b, seq_start, j, g))

@@ -1,0 +1,243 @@
+# CPU fp32 matmul: y[M, N] = x[M, K] @ W[N, K]^T, W in the nn.Linear layout.
+#
+# Two algorithms, chosen by the op's `variant` parameter ("auto" picks by M):
+#   gemv  M <= 8 (decode). Memory-bound: streams each weight row once, dotting it with all M rows of x
+#         held in L1. R rows of W are in flight at once (R independent load streams, MR*R accumulators).
+#   gemm  M > 8 (prefill). Compute-bound: BLIS-style blocking. W is packed per (NC x KC) block into
+#         [NR-column panels][k][NR] so the micro-kernel reads it with aligned vector loads; x is read in
+#         place (MR rows broadcast per k). The MR x NR = 12 x 2*FW micro-tile keeps 24 accumulators in
+#         registers (of 32 with AVX-512); the packed B micro-panel (KC*NR*4 = 32 KB) stays in L1.
+
+
+from max.gpu.host import DeviceContext
+
+from .common import BytePtr, FW, F32, Ptr, ceil_div, cpu_threads, parallel_for, scratch
+from .quant import HALF, QBLOCK, block_bytes, decode_block
+
+comptime MR = 12          # micro-tile rows (broadcast x values)
+comptime NV = 2           # micro-tile vectors per row
+comptime NR = NV * FW     # micro-tile columns
+comptime KC = 256         # k-block: the packed micro-panel KC x NR stays in L1
+comptime NC = 256         # n-block packed per task (KC x NC x 4 = 256 KB, in L2)
+comptime GEMV_MAX_M = 8
+
+
+@always_inline
+def _micro_tile[first: Bool, full: Bool](
+    a: Ptr[F32], lda: Int, bp: Ptr[F32], c: Ptr[F32], ldc: Int, kc: Int, rows: Int, cols: Int
+):
+    # c[0:rows, 0:cols] (+)= a[0:MR, 0:kc] @ bp[0:kc, 0:NR]; `a` has MR valid rows (the caller pads).
+    var acc = Array[SIMD[F32, FW], MR * NV](fill=SIMD[F32, FW](0))
+    for k in range(kc):
+        var b0 = bp.unsafe_load[width=FW](k * NR)
+        var b1 = bp.unsafe_load[width=FW](k * NR + FW)
+        comptime for i in range(MR):
+            var av = SIMD[F32, FW](a[unsafe_offset=i * lda + k])
+            acc[i * NV + 0] = av.fma(b0, acc[i * NV + 0])
+            acc[i * NV + 1] = av.fma(b1, acc[i * NV + 1])
+    comptime if full:
+        comptime for i in range(MR):
+            comptime for v in range(NV):
+                var p = c + i * ldc + v * FW
+                comptime if first:
+                    p.unsafe_store(0, acc[i * NV + v])
+                else:
+                    p.unsafe_store(0, acc[i * NV + v] + p.unsafe_load[width=FW](0))
+    else:
+        comptime for i in range(MR):
+            if i < rows:
+                comptime for v in range(NV):
+                    var p = c + i * ldc + v * FW
+                    var vec = acc[i * NV + v]
+                    for j in range(min(FW, cols - v * FW)):
+                        comptime if first:
+                            p[unsafe_offset=j] = vec[j]
+                        else:
+                            p[unsafe_offset=j] = p[unsafe_offset=j] + vec[j]
+
+
+@always_inline
+def _pack_b[qtype: StaticString](
+    w: BytePtr, row_bytes: Int, N: Int, n0: Int, nc: Int, k0: Int, kc: Int, bp: Ptr[F32]
+):
+    # bp[jr][k][j] = W[n0 + jr*NR + j, k0 + k], decoding `qtype` blocks in registers on the way (the
+    # panel is the only float copy of the weights, KC x NC at a time). Columns past N are zero so edge
+    # tiles stay finite. For quantized formats k0 and kc are multiples of the 32-value block.
+    comptime bb = block_bytes[qtype]()
+    for jr in range(ceil_div(nc, NR)):
+        var panel = bp.unsafe_offset(jr * KC * NR)
+        for j in range(NR):
+            var n = n0 + jr * NR + j
+            if n >= N:
+                for k in range(kc):
+                    panel[unsafe_offset=k * NR + j] = 0
+                continue
+            comptime if qtype == "f32":
+                var src = w.unsafe_offset(n * row_bytes).bitcast[Float32]().unsafe_offset(k0)
+                for k in range(kc):
+                    panel[unsafe_offset=k * NR + j] = src[unsafe_offset=k]
+            else:
+                var row = w.unsafe_offset(n * row_bytes + (k0 // QBLOCK) * bb)
+                for b in range(kc // QBLOCK):
+                    var v = decode_block[qtype](row.unsafe_offset(b * bb))
+                    var dst = panel.unsafe_offset(b * QBLOCK * NR + j)
+                    comptime for i in range(HALF):
+                        dst[unsafe_offset=i * NR] = v[0][i]
+                        dst[unsafe_offset=(i + HALF) * NR] = v[1][i]
+
+
+def gemm_cpu[qtype: StaticString](
+    y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, M: Int, N: Int, K: Int, ctx: DeviceContext
+) raises:
+    """Blocked GEMM with fp32 compute; W rows are `row_bytes` apart in format `qtype` ("f32" or a GGUF
+    block format, K a multiple of 32 then). Any M, N, K >= 1."""
+    var n_blocks = ceil_div(N, NC)
+    var m_tiles = ceil_div(M, MR)
+    # Few n-blocks (small N) would leave cores idle: split M as well (re-packing B per chunk).
+    var m_chunks = max(1, min(m_tiles, ceil_div(2 * cpu_threads(), n_blocks)))
+    var tiles_per_chunk = ceil_div(m_tiles, m_chunks)
+
+    def task(t: Int) {var y, var x, var w, var row_bytes, var M, var N, var K, var n_blocks, var tiles_per_chunk}:
+        var nb = t % n_blocks
+        var mc = t // n_blocks
+        var n0 = nb * NC
+        var nc = min(NC, N - n0)
+        var m_begin = mc * tiles_per_chunk * MR
+        var m_end = min(M, m_begin + tiles_per_chunk * MR)
+        if m_begin >= m_end:
+            return
+        var bp = scratch[F32](KC * NC)
+        # The ragged last M tile reads x through a zero-padded copy so the micro-kernel stays MR rows.
+        var tail_rows = (m_end - m_begin) % MR
+        var tail_begin = m_end - tail_rows
+        var a_tail = scratch[F32](MR * KC)
+        var k0 = 0
+        while k0 < K:
+            var kc = min(KC, K - k0)
+            _pack_b[qtype](w, row_bytes, N, n0, nc, k0, kc, bp)
+            if tail_rows > 0:
+                for i in range(MR):
+                    for k in range(kc):
+                        a_tail[unsafe_offset=i * KC + k] = (
+                            x[unsafe_offset=(tail_begin + i) * K + k0 + k] if i < tail_rows else 0
+                        )
+            for jr in range(ceil_div(nc, NR)):
+                var cols = min(NR, nc - jr * NR)
+                var panel = bp + jr * KC * NR
+                var cbase = y + n0 + jr * NR
+                var i = m_begin
+                while i < tail_begin:
+                    var a = x + i * K + k0
+                    if cols == NR:
+                        if k0 == 0:
+                            _micro_tile[True, True](a, K, panel, cbase + i * N, N, kc, MR, cols)
+                        else:
+                            _micro_tile[False, True](a, K, panel, cbase + i * N, N, kc, MR, cols)
+                    else:
+                        if k0 == 0:
+                            _micro_tile[True, False](a, K, panel, cbase + i * N, N, kc, MR, cols)
+                        else:
+                            _micro_tile[False, False](a, K, panel, cbase + i * N, N, kc, MR, cols)
+                    i += MR
+                if tail_rows > 0:
+                    if k0 == 0:
+                        _micro_tile[True, False](a_tail, KC, panel, cbase + tail_begin * N, N, kc, tail_rows, cols)
+                    else:
+                        _micro_tile[False, False](a_tail, KC, panel, cbase + tail_begin * N, N, kc, tail_rows, cols)
+            k0 += KC
+        a_tail.unsafe_free()
+        bp.unsafe_free()
+
+    parallel_for(task, n_blocks * m_chunks, ctx)
+
+
+@always_inline
+def _gemv_rows[MROWS: Int, R: Int, accumulate: Bool](
+    x: Ptr[F32], w: Ptr[F32], y: Ptr[F32], n0: Int, N: Int, K: Int, k0: Int, k1: Int
+):
+    # y[m, n0:n0+R] (+)= x[m, k0:k1] . W[n0:n0+R, k0:k1] for m < MROWS: R weight rows streamed together.
+    var acc = Array[SIMD[F32, FW], MROWS * R](fill=SIMD[F32, FW](0))
+    var k = k0
+    while k + FW <= k1:
+        # Load the R weight vectors once, then each x vector once: R + MROWS loads per R * MROWS FMAs.
+        var wv = Array[SIMD[F32, FW], R](fill=SIMD[F32, FW](0))
+        comptime for r in range(R):
+            wv[r] = w.unsafe_load[width=FW]((n0 + r) * K + k)
+        comptime for m in range(MROWS):
+            var xv = x.unsafe_load[width=FW](m * K + k)
+            comptime for r in range(R):
+                acc[m * R + r] = xv.fma(wv[r], acc[m * R + r])
+        k += FW
+    comptime for m in range(MROWS):
+        comptime for r in range(R):
+            var s = acc[m * R + r].reduce_add()
+            for kk in range(k, k1):
+                s += x[unsafe_offset=m * K + kk] * w[unsafe_offset=(n0 + r) * K + kk]
+            comptime if accumulate:
+                s += y[unsafe_offset=m * N + n0 + r]
+            y[unsafe_offset=m * N + n0 + r] = s
+
+
+def _gemv_m[MROWS: Int](y: Ptr[F32], x: Ptr[F32], w: Ptr[F32], N: Int, K: Int, ctx: DeviceContext) raises:
+    # 4 weight rows in flight for M <= 4 (16 accumulators max), 2 for M <= 8, within 32 registers.
+    comptime R = 4 if MROWS <= 4 else 2
+    # K is split so the MROWS x rows of one k-block stay near L1 while W streams past them; blocks
+    # stay >= 8 KB of each weight row so the hardware prefetcher keeps up with the row segments.
+    comptime KB = max(2048, 8192 // MROWS)
+    # Tiny problems are dominated by the thread hand-off: run them on the calling thread.
+    var tasks = 1 if N * K < 32768 else cpu_threads() * 2
+    var per = ceil_div(ceil_div(N, tasks), R) * R
+
+    def task(t: Int) {var y, var x, var w, var N, var K, var per}:
+        var begin = t * per
+        var end = min(N, begin + per)
+        var k0 = 0
+        while k0 < K:
+            var k1 = min(K, k0 + KB)
+            var n = begin
+            if k0 == 0:
+                while n + R <= end:
+                    _gemv_rows[MROWS, R, False](x, w, y, n, N, K, k0, k1)
+                    n += R
+                while n < end:
+                    _gemv_rows[MROWS, 1, False](x, w, y, n, N, K, k0, k1)
+                    n += 1
+            else:
+                while n + R <= end:
+                    _gemv_rows[MROWS, R, True](x, w, y, n, N, K, k0, k1)
+                    n += R
+                while n < end:
+                    _gemv_rows[MROWS, 1, True](x, w, y, n, N, K, k0, k1)
+                    n += 1
+            k0 = k1
+
+    if tasks == 1:
+        task(0)
+    else:
+        parallel_for(task, tasks, ctx)
+
+
+def gemv_cpu(y: Ptr[F32], x: Ptr[F32], w: Ptr[F32], M: Int, N: Int, K: Int, ctx: DeviceContext) raises:
+    """Decode-shaped matmul for 1 <= M <= 8: one pass over W."""
+    comptime for m in range(1, GEMV_MAX_M + 1):
+        if M == m:
+            _gemv_m[m](y, x, w, N, K, ctx)
+            return
+    raise Error("gemv_cpu: M must be in [1, ", GEMV_MAX_M, "], got ", M)
+
+
+def matmul_cpu[variant: StaticString](
+    y: Ptr[F32], x: Ptr[F32], w: Ptr[F32], M: Int, N: Int, K: Int, ctx: DeviceContext
+) raises:
+    """Dispatches on the variant: "auto" (gemv for M <= 8, else gemm), "gemv" or "gemm"."""
+    comptime if variant == "gemm":
+        gemm_cpu["f32"](y, x, rebind[BytePtr](w), K * 4, M, N, K, ctx)
+    elif variant == "gemv":
+        gemv_cpu(y, x, w, M, N, K, ctx)
+    elif variant == "auto":
+        if M <= GEMV_MAX_M:
+            gemv_cpu(y, x, w, M, N, K, ctx)
+        else:
+            gemm_cpu["f32"](y, x, rebind[BytePtr](w), K * 4, M, N, K, ctx)
+    else:
+        comptime assert False, "crucible.matmul on CPU: variant must be auto, gemv or gemm"

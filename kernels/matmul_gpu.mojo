@@ -1,0 +1,160 @@
+# GPU matmul: y[M, N] = x[M, K] @ W[N, K]^T with fp32 accumulation; x, W and y share one dtype.
+#
+# Variants (the op's `variant` parameter; "auto" picks tensor_core for bf16/fp16, tiled otherwise):
+#   tiled        64x64 block tile, 16x16 threads each owning a 4x4 register tile, K staged through
+#                shared memory 16 at a time. Any float dtype (fp32 included); the portable baseline.
+#   tensor_core  mma.sync m16n8k8 (bf16 or fp16 in, fp32 accumulate). 4 warps per 64x64 block tile,
+#                each warp a 32x32 sub-tile of 2x4 mma tiles; K staged through shared memory 32 at a
+#                time. Fragments are gathered from shared memory in the PTX register layout.
+# Both handle any M, N, K by zero-filling out-of-range tile elements.
+
+from std.memory import stack_allocation
+from max.gpu import barrier, block_idx, lane_id, thread_idx
+from max.gpu.compute.mma import mma
+from max.gpu.host import DeviceContext
+from max.gpu.memory import AddressSpace
+
+from .common import F32, Ptr, ceil_div
+
+comptime TILE = 64        # block tile (both variants), rows and columns
+comptime TK_TILED = 16
+comptime TK_TC = 32
+comptime SMEM_PAD = 8     # keeps rows of the shared tiles on different banks
+
+
+def _matmul_tiled_kernel[dtype: DType](
+    y: Ptr[dtype], x: Ptr[dtype], w: Ptr[dtype], M: Int32, N: Int32, K: Int32
+):
+    # 256 threads (16 x 16); thread (ty, tx) owns rows ty + 16*i and columns tx + 16*j, i, j < 4.
+    var xs = stack_allocation[TILE * TK_TILED, Float32, address_space=AddressSpace.SHARED]()
+    var ws = stack_allocation[TILE * TK_TILED, Float32, address_space=AddressSpace.SHARED]()
+    var tid = Int(thread_idx.x)
+    var tx = tid % 16
+    var ty = tid // 16
+    var m0 = Int(block_idx.y) * TILE
+    var n0 = Int(block_idx.x) * TILE
+    var m_ = Int(M)
+    var n_ = Int(N)
+    var k_ = Int(K)
+    var acc = Array[Float32, 16](fill=0)
+    var k0 = 0
+    while k0 < k_:
+        # 64 x 16 elements of each operand, 4 per thread; the tile is stored k-major: s[k * 64 + row].
+        for e in range(4):
+            var idx = tid + e * 256
+            var r = idx // TK_TILED
+            var kk = idx % TK_TILED
+            var xv = Float32(0)
+            var wv = Float32(0)
+            if m0 + r < m_ and k0 + kk < k_:
+                xv = x[unsafe_offset=(m0 + r) * k_ + k0 + kk].cast[F32]()
+            if n0 + r < n_ and k0 + kk < k_:
+                wv = w[unsafe_offset=(n0 + r) * k_ + k0 + kk].cast[F32]()
+            xs[unsafe_offset=kk * TILE + r] = xv
+            ws[unsafe_offset=kk * TILE + r] = wv
+        barrier()
+        for kk in range(TK_TILED):
+            comptime for i in range(4):
+                var a = xs[unsafe_offset=kk * TILE + ty + 16 * i]
+                comptime for j in range(4):
+                    acc[i * 4 + j] += a * ws[unsafe_offset=kk * TILE + tx + 16 * j]
+        barrier()
+        k0 += TK_TILED
+    comptime for i in range(4):
+        comptime for j in range(4):
+            var r = m0 + ty + 16 * i
+            var c = n0 + tx + 16 * j
+            if r < m_ and c < n_:
+                y[unsafe_offset=r * n_ + c] = acc[i * 4 + j].cast[dtype]()
+
+
+def _matmul_tc_kernel[dtype: DType](
+    y: Ptr[dtype], x: Ptr[dtype], w: Ptr[dtype], M: Int32, N: Int32, K: Int32
+):
+    # 128 threads = 4 warps; warp wid owns rows (wid // 2) * 32 + [0, 32), columns (wid % 2) * 32 + [0, 32).
+    comptime LD = TK_TC + SMEM_PAD
+    var xs = stack_allocation[TILE * LD, Scalar[dtype], address_space=AddressSpace.SHARED]()
+    var ws = stack_allocation[TILE * LD, Scalar[dtype], address_space=AddressSpace.SHARED]()
+    var tid = Int(thread_idx.x)
+    var lane = Int(lane_id())
+    var wid = tid // 32
+    var g = lane // 4        # PTX "groupID"
+    var t = lane % 4         # PTX "threadID_in_group"
+    var wm = (wid // 2) * 32
+    var wn = (wid % 2) * 32
+    var m0 = Int(block_idx.y) * TILE
+    var n0 = Int(block_idx.x) * TILE
+    var m_ = Int(M)
+    var n_ = Int(N)
+    var k_ = Int(K)
+    var acc = Array[SIMD[F32, 4], 8](fill=SIMD[F32, 4](0))
+    var k0 = 0
+    while k0 < k_:
+        # 64 x 32 elements per operand, 16 per thread, row-major s[row * LD + k].
+        for e in range(16):
+            var idx = tid + e * 128
+            var r = idx // TK_TC
+            var kk = idx % TK_TC
+            var xv = Scalar[dtype](0)
+            var wv = Scalar[dtype](0)
+            if m0 + r < m_ and k0 + kk < k_:
+                xv = x[unsafe_offset=(m0 + r) * k_ + k0 + kk]
+            if n0 + r < n_ and k0 + kk < k_:
+                wv = w[unsafe_offset=(n0 + r) * k_ + k0 + kk]
+            xs[unsafe_offset=r * LD + kk] = xv
+            ws[unsafe_offset=r * LD + kk] = wv
+        barrier()
+        comptime for ks in range(TK_TC // 8):
+            var kb = ks * 8 + t * 2
+            var a = Array[SIMD[dtype, 4], 2](fill=SIMD[dtype, 4](0))
+            comptime for mi in range(2):
+                var r = wm + mi * 16 + g
+                a[mi] = SIMD[dtype, 4](
+                    xs[unsafe_offset=r * LD + kb], xs[unsafe_offset=r * LD + kb + 1],
+                    xs[unsafe_offset=(r + 8) * LD + kb], xs[unsafe_offset=(r + 8) * LD + kb + 1],
+                )
+            comptime for ni in range(4):
+                var n = wn + ni * 8 + g
+                var b = SIMD[dtype, 2](ws[unsafe_offset=n * LD + kb], ws[unsafe_offset=n * LD + kb + 1])
+                comptime for mi in range(2):
+                    var d = acc[mi * 4 + ni]
+                    mma(d, a[mi], b, acc[mi * 4 + ni])
+                    acc[mi * 4 + ni] = d
+        barrier()
+        k0 += TK_TC
+    comptime for mi in range(2):
+        comptime for ni in range(4):
+            var r = m0 + wm + mi * 16 + g
+            var c = n0 + wn + ni * 8 + t * 2
+            var v = acc[mi * 4 + ni]
+            comptime for h in range(2):
+                var rr = r + 8 * h
+                if rr < m_:
+                    if c < n_:
+                        y[unsafe_offset=rr * n_ + c] = v[2 * h].cast[dtype]()
+                    if c + 1 < n_:
+                        y[unsafe_offset=rr * n_ + c + 1] = v[2 * h + 1].cast[dtype]()
+
+
+def matmul_gpu[dtype: DType, variant: StaticString](
+    y: Ptr[dtype], x: Ptr[dtype], w: Ptr[dtype], M: Int, N: Int, K: Int, ctx: DeviceContext
+) raises:
+    """Launches the GPU variant; "auto" is tensor_core for bf16/fp16 and tiled otherwise."""
+    comptime use_tc = variant == "tensor_core" or (
+        variant == "auto" and (dtype == DType.bfloat16 or dtype == DType.float16)
+    )
+    comptime assert variant == "auto" or variant == "tiled" or variant == "tensor_core", (
+        "crucible.matmul on GPU: variant must be auto, tiled or tensor_core"
+    )
+    var grid = (ceil_div(N, TILE), ceil_div(M, TILE))
+    comptime if use_tc:
+        comptime assert dtype == DType.bfloat16 or dtype == DType.float16, (
+            "tensor_core matmul takes bf16 or fp16"
+        )
+        ctx.enqueue_function[_matmul_tc_kernel[dtype]](
+            y, x, w, Int32(M), Int32(N), Int32(K), grid_dim=grid, block_dim=128
+        )
+    else:
+        ctx.enqueue_function[_matmul_tiled_kernel[dtype]](
+            y, x, w, Int32(M), Int32(N), Int32(K), grid_dim=grid, block_dim=256
+        )

@@ -1,0 +1,96 @@
+# GGUF/ggml block formats, read byte for byte as llama.cpp writes them (ggml-common.h):
+#
+#   q4_0  18 bytes / 32 values: f16 d, 16 bytes qs;  v[j] = d * ((qs[j] & 0xF) - 8),  v[j+16] = d * ((qs[j] >> 4) - 8)
+#   q4_1  20 bytes / 32 values: f16 d, f16 m, 16 bytes qs;  v[j] = d * (qs[j] & 0xF) + m,  v[j+16] = d * (qs[j] >> 4) + m
+#   q8_0  34 bytes / 32 values: f16 d, 32 int8 qs;  v[j] = d * qs[j]
+#   f16    2 bytes / 1 value (decoded 32 at a time here, so a "block" is 64 bytes)
+#
+# Blocks are not aligned (18, 20 and 34 bytes): every read is an unaligned byte load. A row of K values
+# is K / 32 consecutive blocks. Decoding happens in registers, one 32-value block at a time, as two
+# 16-lane halves (lo = values 0..15, hi = values 16..31).
+
+from std.memory import bitcast
+
+from .common import BytePtr, F32, load_f16_as_f32
+
+comptime HALF = 16        # lanes per decoded half-block
+comptime QBLOCK = 32      # values per block (f16 is decoded in groups of 32 as well)
+
+
+def block_bytes[qtype: StaticString]() -> Int:
+    """Bytes that hold 32 values in this format."""
+    comptime if qtype == "q4_0":
+        return 18
+    elif qtype == "q4_1":
+        return 20
+    elif qtype == "q8_0":
+        return 34
+    elif qtype == "f16":
+        return 64
+    elif qtype == "f32":
+        return 128
+    else:
+        comptime assert False, "unknown qtype: expected q4_0, q4_1, q8_0, f16 or f32"
+        return 0
+
+
+@always_inline
+def decode_block[qtype: StaticString](blk: BytePtr) -> Tuple[SIMD[F32, HALF], SIMD[F32, HALF]]:
+    """Decodes one block at `blk` into its 32 float values (lo half, hi half)."""
+    comptime if qtype == "q4_0":
+        var d = SIMD[F32, HALF](load_f16_as_f32(blk))
+        var q = blk.unsafe_offset(2).unsafe_load[width=HALF](0)
+        var lo = ((q & 0xF).cast[DType.int8]() - 8).cast[F32]()
+        var hi = ((q >> 4).cast[DType.int8]() - 8).cast[F32]()
+        return (lo * d, hi * d)
+    elif qtype == "q4_1":
+        var d = SIMD[F32, HALF](load_f16_as_f32(blk))
+        var m = SIMD[F32, HALF](load_f16_as_f32(blk.unsafe_offset(2)))
+        var q = blk.unsafe_offset(4).unsafe_load[width=HALF](0)
+        return ((q & 0xF).cast[F32]().fma(d, m), (q >> 4).cast[F32]().fma(d, m))
+    elif qtype == "q8_0":
+        var d = SIMD[F32, HALF](load_f16_as_f32(blk))
+        var q0 = blk.unsafe_offset(2).unsafe_load[width=HALF](0)
+        var q1 = blk.unsafe_offset(2 + HALF).unsafe_load[width=HALF](0)
+        return (bitcast[DType.int8, HALF](q0).cast[F32]() * d, bitcast[DType.int8, HALF](q1).cast[F32]() * d)
+    elif qtype == "f16":
+        var h0 = blk.unsafe_load[width=2 * HALF](0)
+        var h1 = blk.unsafe_offset(2 * HALF).unsafe_load[width=2 * HALF](0)
+        return (bitcast[DType.float16, HALF](h0).cast[F32](), bitcast[DType.float16, HALF](h1).cast[F32]())
+    elif qtype == "f32":
+        var lo = blk.unsafe_load[width=4 * HALF](0)
+        var hi = blk.unsafe_offset(4 * HALF).unsafe_load[width=4 * HALF](0)
+        return (bitcast[F32, HALF](lo), bitcast[F32, HALF](hi))
+    else:
+        comptime assert False, "unknown qtype"
+        return (SIMD[F32, HALF](0), SIMD[F32, HALF](0))
+
+
+@always_inline
+def dot_block[qtype: StaticString](blk: BytePtr, x0: SIMD[F32, HALF], x1: SIMD[F32, HALF]) -> SIMD[F32, HALF]:
+    """Lane-wise partial products of one block with x (sum the lanes for the dot product).
+
+    For the integer formats the scale is applied once per block to the combined products instead of
+    to every weight: one multiply instead of two, the decode-path saving that matters at M = 1.
+    """
+    comptime if qtype == "q4_0":
+        var q = blk.unsafe_offset(2).unsafe_load[width=HALF](0)
+        var lo = ((q & 0xF).cast[DType.int8]() - 8).cast[F32]()
+        var hi = ((q >> 4).cast[DType.int8]() - 8).cast[F32]()
+        return hi.fma(x1, lo * x0) * load_f16_as_f32(blk)
+    elif qtype == "q4_1":
+        # d * (q . x) + m * sum(x): the m term needs sum(x), folded here per block.
+        var q = blk.unsafe_offset(4).unsafe_load[width=HALF](0)
+        var lo = (q & 0xF).cast[F32]()
+        var hi = (q >> 4).cast[F32]()
+        var dq = hi.fma(x1, lo * x0) * load_f16_as_f32(blk)
+        return (x0 + x1).fma(SIMD[F32, HALF](load_f16_as_f32(blk.unsafe_offset(2))), dq)
+    elif qtype == "q8_0":
+        var q0 = blk.unsafe_offset(2).unsafe_load[width=HALF](0)
+        var q1 = blk.unsafe_offset(2 + HALF).unsafe_load[width=HALF](0)
+        var lo = bitcast[DType.int8, HALF](q0).cast[F32]()
+        var hi = bitcast[DType.int8, HALF](q1).cast[F32]()
+        return hi.fma(x1, lo * x0) * load_f16_as_f32(blk)
+    else:
+        var w = decode_block[qtype](blk)
+        return w[1].fma(x1, w[0] * x0)
