@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from crucible.proc import child_env
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 KERNELS_DIR = REPO_ROOT / "kernels"
 
@@ -55,7 +57,8 @@ def _mojo_binary() -> str:
 @lru_cache(maxsize=1)
 def mojo_version() -> str:
     """The Mojo compiler's version line."""
-    out = subprocess.run([_mojo_binary(), "--version"], capture_output=True, text=True, check=True)
+    out = subprocess.run([_mojo_binary(), "--version"], capture_output=True, text=True, check=True,
+                         env=child_env())
     return out.stdout.strip()
 
 
@@ -100,7 +103,7 @@ def kernel_package(kernels_dir: Path = KERNELS_DIR) -> KernelBuild:
                 tmp = tmp_dir / target.name
                 proc = subprocess.run(
                     [_mojo_binary(), "precompile", str(kernels_dir), "-o", str(tmp)],
-                    capture_output=True, text=True,
+                    capture_output=True, text=True, env=child_env(),
                 )
                 if proc.returncode != 0 or not tmp.exists():
                     errors = "\n".join(

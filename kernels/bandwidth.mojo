@@ -7,15 +7,15 @@ import extensibility
 from extensibility import InputTensor, OutputTensor
 from max.algorithm.functional import parallelize
 from max.gpu import block_idx, thread_idx
-from max.gpu.host import DeviceContext
-from max.gpu.primitives.warp import sum as warp_sum
+from max.gpu.host import DeviceBuffer, DeviceContext
+from max.gpu.primitives.block import sum as block_sum
+from std.atomic import Atomic
 
 from .common import F32, FW, Ptr, ceil_div, cpu_threads, scratch
 
 
 def _sum_kernel(result: Ptr[F32], x: Ptr[F32], n: Int64):
-    # One block of 1024 threads per 64K elements; partial sums are atomically irrelevant here: each
-    # block writes its own slot of `out`, the host-visible result is out[0] of block 0 only.
+    # Each block of 1024 threads sums 64K elements (coalesced) and adds its total atomically.
     var tid = Int(thread_idx.x)
     var base = Int(block_idx.x) * 65536
     var acc = Float32(0)
@@ -23,9 +23,9 @@ def _sum_kernel(result: Ptr[F32], x: Ptr[F32], n: Int64):
         var idx = base + i * 1024 + tid
         if idx < Int(n):
             acc += x[unsafe_offset=idx]
-    acc = warp_sum(acc)
-    if tid == 0 and Int(block_idx.x) == 0:
-        result[unsafe_offset=0] = acc
+    var total = block_sum[block_size=1024, broadcast=False](acc)
+    if tid == 0:
+        _ = Atomic.fetch_add(result, total)
 
 
 @extensibility.register("crucible.read_bandwidth")
@@ -70,4 +70,5 @@ struct ReadBandwidth:
             op[unsafe_offset=0] = total
             partial.unsafe_free()
         else:
+            ctx.enqueue_memset(DeviceBuffer[F32](ctx, op, 1, owning=False), 0)
             ctx.enqueue_function[_sum_kernel](op, xp, Int64(n), grid_dim=ceil_div(n, 65536), block_dim=1024)

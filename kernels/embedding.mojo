@@ -9,6 +9,7 @@ import extensibility
 from extensibility import InputTensor, OutputTensor
 from max.gpu import global_idx
 from max.gpu.host import DeviceContext
+from std.utils.numerics import nan
 
 from .common import BytePtr, F32, Ptr, ceil_div, load_f16_as_f32
 from .quant import HALF, QBLOCK, block_bytes, decode_block
@@ -38,14 +39,19 @@ def _gpu_value[qtype: StaticString](row: BytePtr, i: Int) -> Float32:
 
 
 def _embedding_kernel[dtype: DType, qtype: StaticString](
-    y: Ptr[dtype], ids: Ptr[DType.int64], table: BytePtr, T: Int32, H: Int32, row_bytes: Int64
+    y: Ptr[dtype], ids: Ptr[DType.int64], table: BytePtr, T: Int32, H: Int32, V: Int64, row_bytes: Int64
 ):
     var idx = Int(global_idx.x)
     if idx >= Int(T) * Int(H):
         return
     var t = idx // Int(H)
     var i = idx % Int(H)
-    var row = table.unsafe_offset(Int(ids[unsafe_offset=t]) * Int(row_bytes))
+    var tok = Int(ids[unsafe_offset=t])
+    if tok < 0 or tok >= Int(V):
+        # Never read outside the table; a NaN row makes the bad id visible downstream.
+        y[unsafe_offset=idx] = nan[dtype]()
+        return
+    var row = table.unsafe_offset(tok * Int(row_bytes))
     y[unsafe_offset=idx] = _gpu_value[qtype](row, i).cast[dtype]()
 
 
@@ -91,9 +97,9 @@ struct Embedding:
                         out.unsafe_offset(b * QBLOCK).unsafe_store(0, v[0])
                         out.unsafe_offset(b * QBLOCK + HALF).unsafe_store(0, v[1])
         else:
-            # Ids were validated on the host path for CPU; on GPU the graph validates them (see
-            # graphs/kernel_ops.py), since reading them here would need a device-to-host copy.
+            # Checking ids on the host would need a device-to-host copy per step: the kernel writes NaN
+            # rows for ids outside the vocabulary instead (tokenizers never produce them).
             ctx.enqueue_function[_embedding_kernel[y.dtype, qtype]](
                 y.unsafe_ptr(), rebind[Ptr[DType.int64]](ids.unsafe_ptr()), table_bytes, Int32(T), Int32(H),
-                Int64(row_bytes), grid_dim=ceil_div(T * H, 256), block_dim=256,
+                Int64(V), Int64(row_bytes), grid_dim=ceil_div(T * H, 256), block_dim=256,
             )

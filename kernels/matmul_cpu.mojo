@@ -1,8 +1,9 @@
 # CPU fp32 matmul: y[M, N] = x[M, K] @ W[N, K]^T, W in the nn.Linear layout.
 #
 # Two algorithms, chosen by the op's `variant` parameter ("auto" picks by M):
-#   gemv  M <= 8 (decode). Memory-bound: streams each weight row once, dotting it with all M rows of x
-#         held in L1. R rows of W are in flight at once (R independent load streams, MR*R accumulators).
+#   gemv  M <= 8 (decode; larger M runs in groups of 8). Memory-bound: streams each weight row once,
+#         dotting it with all rows of x
+#         held near L1. R rows of W are in flight at once (R load streams, MROWS*R accumulators).
 #   gemm  M > 8 (prefill). Compute-bound: BLIS-style blocking. W is packed per (NC x KC) block into
 #         [NR-column panels][k][NR] so the micro-kernel reads it with aligned vector loads; x is read in
 #         place (MR rows broadcast per k). The MR x NR = 12 x 2*FW micro-tile keeps 24 accumulators in
@@ -218,12 +219,16 @@ def _gemv_m[MROWS: Int](y: Ptr[F32], x: Ptr[F32], w: Ptr[F32], N: Int, K: Int, c
 
 
 def gemv_cpu(y: Ptr[F32], x: Ptr[F32], w: Ptr[F32], M: Int, N: Int, K: Int, ctx: DeviceContext) raises:
-    """Decode-shaped matmul for 1 <= M <= 8: one pass over W."""
-    comptime for m in range(1, GEMV_MAX_M + 1):
-        if M == m:
-            _gemv_m[m](y, x, w, N, K, ctx)
-            return
-    raise Error("gemv_cpu: M must be in [1, ", GEMV_MAX_M, "], got ", M)
+    """Decode-shaped matmul: one pass over W per group of up to 8 rows of x (any M >= 1)."""
+    var m0 = 0
+    while m0 < M:
+        var rows = min(GEMV_MAX_M, M - m0)
+        var xs = x.unsafe_offset(m0 * K)
+        var ys = y.unsafe_offset(m0 * N)
+        comptime for m in range(1, GEMV_MAX_M + 1):
+            if rows == m:
+                _gemv_m[m](ys, xs, w, N, K, ctx)
+        m0 += rows
 
 
 def matmul_cpu[variant: StaticString](

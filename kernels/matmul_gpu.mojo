@@ -6,6 +6,8 @@
 #   tensor_core  mma.sync m16n8k8 (bf16 or fp16 in, fp32 accumulate). 4 warps per 64x64 block tile,
 #                each warp a 32x32 sub-tile of 2x4 mma tiles; K staged through shared memory 32 at a
 #                time. Fragments are gathered from shared memory in the PTX register layout.
+#                NVIDIA only (sm_80+): AMD's MFMA shapes and layouts differ, so on HIP "auto" runs
+#                tiled and an explicit tensor_core request is an error.
 # Both handle any M, N, K by zero-filling out-of-range tile elements.
 
 from std.memory import stack_allocation
@@ -13,6 +15,7 @@ from max.gpu import barrier, block_idx, lane_id, thread_idx
 from max.gpu.compute.mma import mma
 from max.gpu.host import DeviceContext
 from max.gpu.memory import AddressSpace
+from std.sys import is_nvidia_gpu
 
 from .common import F32, Ptr, ceil_div
 
@@ -69,6 +72,14 @@ def _matmul_tiled_kernel[dtype: DType](
 
 
 def _matmul_tc_kernel[dtype: DType](
+    y: Ptr[dtype], x: Ptr[dtype], w: Ptr[dtype], M: Int32, N: Int32, K: Int32
+):
+    comptime if is_nvidia_gpu():
+        _matmul_tc_body(y, x, w, M, N, K)
+
+
+@always_inline
+def _matmul_tc_body[dtype: DType](
     y: Ptr[dtype], x: Ptr[dtype], w: Ptr[dtype], M: Int32, N: Int32, K: Int32
 ):
     # 128 threads = 4 warps; warp wid owns rows (wid // 2) * 32 + [0, 32), columns (wid % 2) * 32 + [0, 32).
@@ -147,14 +158,18 @@ def matmul_gpu[dtype: DType, variant: StaticString](
         "crucible.matmul on GPU: variant must be auto, tiled or tensor_core"
     )
     var grid = (ceil_div(N, TILE), ceil_div(M, TILE))
+    var nvidia = ctx.api() == "cuda"
     comptime if use_tc:
         comptime assert dtype == DType.bfloat16 or dtype == DType.float16, (
             "tensor_core matmul takes bf16 or fp16"
         )
-        ctx.enqueue_function[_matmul_tc_kernel[dtype]](
-            y, x, w, Int32(M), Int32(N), Int32(K), grid_dim=grid, block_dim=128
-        )
-    else:
-        ctx.enqueue_function[_matmul_tiled_kernel[dtype]](
-            y, x, w, Int32(M), Int32(N), Int32(K), grid_dim=grid, block_dim=256
-        )
+        if nvidia:
+            ctx.enqueue_function[_matmul_tc_kernel[dtype]](
+                y, x, w, Int32(M), Int32(N), Int32(K), grid_dim=grid, block_dim=128
+            )
+            return
+        comptime if variant == "tensor_core":
+            raise Error("crucible.matmul: the tensor_core variant needs an NVIDIA GPU (mma.sync); use tiled")
+    ctx.enqueue_function[_matmul_tiled_kernel[dtype]](
+        y, x, w, Int32(M), Int32(N), Int32(K), grid_dim=grid, block_dim=256
+    )

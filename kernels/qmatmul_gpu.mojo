@@ -1,11 +1,11 @@
 # GPU quantized matmul: y[M, N] = x[M, K] @ dequant(Wq)^T, Wq rows of GGUF blocks (quant.mojo).
 #
-# One warp per weight row n and per group of up to 8 rows of x: lane l decodes blocks l, l + 32, ...
+# One warp per weight row n and per group of up to 8 rows of x: lane l decodes blocks l, l + WARP_SIZE, ...
 # of row n in registers (never to memory), dots each with the 8 x rows, and the warp reduces. Decode
 # (M <= 8) reads every weight byte exactly once; prefill reads them ceil(M / 8) times, which is the
 # simple, correct baseline (a tensor-core dequant-GEMM is the next step for long prompts).
 
-from max.gpu import block_idx, lane_id, thread_idx
+from max.gpu import WARP_SIZE, block_idx, lane_id, thread_idx
 from max.gpu.host import DeviceContext
 from max.gpu.primitives.warp import sum as warp_sum
 
@@ -13,7 +13,7 @@ from .common import BytePtr, F32, Ptr, ceil_div, load_f16_as_f32
 from .quant import QBLOCK, block_bytes
 
 comptime MGROUP = 8       # x rows per warp
-comptime WARPS = 4        # weight rows per block of 128 threads
+comptime WARPS = 4        # weight rows (warps) per block
 
 
 @always_inline
@@ -47,7 +47,7 @@ def _qmatmul_kernel[dtype: DType, qtype: StaticString](
 ):
     comptime bb = block_bytes[qtype]()
     var lane = Int(lane_id())
-    var n = Int(block_idx.x) * WARPS + Int(thread_idx.x) // 32
+    var n = Int(block_idx.x) * WARPS + Int(thread_idx.x) // WARP_SIZE
     var m0 = Int(block_idx.y) * MGROUP
     var m_ = Int(M)
     var k_ = Int(K)
@@ -66,7 +66,7 @@ def _qmatmul_kernel[dtype: DType, qtype: StaticString](
             comptime for m in range(MGROUP):
                 if m < rows:
                     acc[m] += v * x[unsafe_offset=(m0 + m) * k_ + k].cast[F32]()
-        b += 32
+        b += WARP_SIZE
     comptime for m in range(MGROUP):
         var s = warp_sum(acc[m])
         if lane == 0 and m < rows:
@@ -79,5 +79,5 @@ def qmatmul_gpu[dtype: DType, qtype: StaticString](
     """Launches one warp per (weight row, group of 8 x rows)."""
     ctx.enqueue_function[_qmatmul_kernel[dtype, qtype]](
         y, x, w, Int32(M), Int32(N), Int32(K),
-        grid_dim=(ceil_div(N, WARPS), ceil_div(M, MGROUP)), block_dim=WARPS * 32,
+        grid_dim=(ceil_div(N, WARPS), ceil_div(M, MGROUP)), block_dim=WARPS * WARP_SIZE,
     )

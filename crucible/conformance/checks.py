@@ -1,0 +1,326 @@
+"""Conformance grids: every op against its float64 reference over odd, ragged and boundary sizes.
+
+Tolerances (u = unit roundoff: 2^-24 for fp32, 2^-8 for bf16):
+- Dot-product ops (matmul, qmatmul): |y - ref| <= 2 * u32 * sqrt(K) * (|x| @ |w|^T) elementwise, the
+  probabilistic forward-error bound of an fp32-accumulated dot product (the worst case K * u is far too
+  loose to catch layout bugs). Inputs are exact in the compute dtype (bf16 inputs are pre-rounded), so
+  for bf16 outputs only the final rounding adds u_bf16 * |ref|.
+- Quantized weights: the reference is the gguf package's dequantization of the same bytes, so the
+  bound is the fp32 one, not a quantization-error one; a misread block layout fails it by orders of
+  magnitude (checked explicitly).
+- rmsnorm, silu_mul: a few fp32 ulps of the result: 8 * u * |ref| + 1e-6.
+- rope: the angle pos * inv_freq is formed in fp32, as transformers does: error <= 2 * u * pos * |x|.
+- attention: outputs are convex combinations of V rows; fp32 softmax and accumulation over n keys
+  give ~sqrt(n) * u relative error: 2e-5 * max|v| (fp32), 2^-6 * max|v| for bf16 inputs and outputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from crucible.conformance import reference as R
+from crucible.conformance.harness import CaseResult, Harness, result, round_bf16
+
+U32 = 2.0**-24
+UBF16 = 2.0**-8
+
+MATMUL_M = (1, 2, 7, 8, 64, 300)
+MATMUL_KN = ((576, 1536), (1536, 576), (577, 33), (100, 1537), (16, 5))
+MATMUL_BIG = ((1, 4096, 4096), (8, 4096, 4096), (64, 4096, 4096))
+QTYPES = ("q4_0", "q4_1", "q8_0", "f16")
+QMATMUL_KN = ((576, 1536), (1536, 576), (64, 33), (4096, 96))
+# (sequence lengths of new tokens, cached tokens per sequence, Hq, Hkv, D); page size 128.
+ATTENTION_CASES = (
+    ((1,), (0,), 8, 8, 64),
+    ((5, 1, 17), (0, 0, 0), 9, 3, 64),
+    ((300, 2), (0, 0), 8, 1, 128),
+    ((1, 1, 1), (127, 128, 700), 32, 8, 128),   # decode across page boundaries
+    ((40, 3), (200, 129), 12, 4, 64),           # prefill with history
+    ((1,), (4095,), 32, 8, 128),                # long-context decode (key splits on CPU)
+)
+PAGE_SIZE = 128
+
+
+def _dot_bound(x: np.ndarray, w: np.ndarray, ref: np.ndarray, bf16_out: bool) -> np.ndarray:
+    k = x.shape[1]
+    scale = np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)).T
+    bound = 2 * U32 * np.sqrt(k) * scale + 1e-30
+    if bf16_out:
+        bound = bound + UBF16 * np.abs(ref)
+    return bound
+
+
+def _ratio(err: np.ndarray, bound: np.ndarray) -> float:
+    """Largest error-to-bound ratio; <= 1 passes."""
+    return float(np.max(err / bound)) if err.size else 0.0
+
+
+def check_matmul(h: Harness, dtype: str, variants: tuple[str, ...]) -> list[CaseResult]:
+    """crucible.matmul over the M x (K, N) grid for each variant (compiled once per dtype)."""
+    from max.dtype import DType
+    from max.graph import TensorType, ops
+
+    from graphs import kernel_ops as K
+
+    f32 = DType.float32
+    compute = DType.bfloat16 if dtype == "bfloat16" else f32
+
+    def build(x, w):
+        xc, wc = ops.cast(x.tensor, compute), ops.cast(w.tensor, compute)
+        return [ops.cast(K.matmul(xc, wc, v), f32) for v in variants]
+
+    model = h.model(f"matmul_{dtype}_{'_'.join(variants)}",
+                    [TensorType(f32, ["m", "k"], device=h.ref), TensorType(f32, ["n", "k"], device=h.ref)], build)
+    rng = np.random.default_rng(0)
+    shapes = [(m, k, n) for m in MATMUL_M for k, n in MATMUL_KN] + list(MATMUL_BIG)
+    out = []
+    for m, k, n in shapes:
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        w = rng.standard_normal((n, k)).astype(np.float32)
+        if dtype == "bfloat16":
+            x, w = round_bf16(x), round_bf16(w)
+        ref = R.matmul(x, w)
+        bound = _dot_bound(x, w, ref, dtype == "bfloat16")
+        for variant, y in zip(variants, h.run(model, [x, w])):
+            out.append(result(h, "crucible.matmul", variant, dtype, f"M={m} K={k} N={n}",
+                              _ratio(np.abs(y - ref), bound), 1.0))
+    return out
+
+
+def check_qmatmul(h: Harness, qtype: str) -> list[CaseResult]:
+    """crucible.qmatmul for one block format, plus the misread-layout control for Q4 formats."""
+    from max.dtype import DType
+    from max.graph import TensorType, ops
+
+    f32 = DType.float32
+
+    def build(x, w):
+        n_out = w.tensor.shape[0]
+        out_type = TensorType(f32, [x.tensor.shape[0], n_out], device=h.ref)
+        return [ops.custom("crucible.qmatmul", h.ref, [x.tensor, w.tensor], [out_type],
+                           parameters={"qtype": qtype})[0].tensor]
+
+    model = h.model(f"qmatmul_{qtype}", [TensorType(f32, ["m", "k"], device=h.ref),
+                                         TensorType(DType.uint8, ["n", "kb"], device=h.ref)], build)
+    rng = np.random.default_rng(1)
+    out = []
+    shapes = [(m, k, n) for m in MATMUL_M for k, n in QMATMUL_KN] + [(1, 4096, 4096), (8, 4096, 4096)]
+    for m, k, n in shapes:
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        wq = R.quantize(rng.standard_normal((n, k)).astype(np.float32), qtype)
+        wd = R.dequantize(wq, qtype, n, k)
+        ref = x.astype(np.float64) @ wd.T
+        y = h.run(model, [x, wq])[0]
+        bound = _dot_bound(x, wd, ref, False)
+        out.append(result(h, "crucible.qmatmul", qtype, "float32", f"M={m} K={k} N={n}",
+                          _ratio(np.abs(y - ref), bound), 1.0))
+        if qtype in ("q4_0", "q4_1") and (m, k, n) == (7, 576, 1536):
+            wrong = x.astype(np.float64) @ R.dequantize_nibbles_swapped(wq, qtype, n, k).T
+            # The control must fail: the kernel output is far from the misread-layout reference.
+            misread = _ratio(np.abs(y - wrong), _dot_bound(x, wd, wrong, False))
+            out.append(result(h, "crucible.qmatmul", qtype + ":misread-layout-is-detected", "float32",
+                              f"M={m} K={k} N={n}", 1.0 / max(misread, 1e-30), 1.0))
+    return out
+
+
+def check_elementwise(h: Harness, dtype: str) -> list[CaseResult]:
+    """rmsnorm, rope (both layouts) and silu_mul over odd row widths and ragged batches."""
+    from max.dtype import DType
+    from max.graph import TensorType, ops
+
+    from graphs import kernel_ops as K
+
+    f32, u32 = DType.float32, DType.uint32
+    compute = DType.bfloat16 if dtype == "bfloat16" else f32
+    eps = 1e-5
+
+    def build(x, w, xr, invf, offs, start, gu):
+        c = lambda v: ops.cast(v.tensor, compute)  # noqa: E731
+        back = lambda v: ops.cast(v, f32)  # noqa: E731
+        return [back(K.rmsnorm(c(x), c(w), eps)),
+                back(K.rope(c(xr), invf.tensor, offs.tensor, start.tensor, False)),
+                back(K.rope(c(xr), invf.tensor, offs.tensor, start.tensor, True)),
+                back(K.silu_mul(c(gu)))]
+
+    types = [TensorType(f32, ["t", "h"], device=h.ref), TensorType(f32, ["h"], device=h.ref),
+             TensorType(f32, ["t", "nh", "d"], device=h.ref), TensorType(f32, ["half"], device=h.ref),
+             TensorType(u32, ["b1"], device=h.ref), TensorType(u32, ["b"], device=h.ref),
+             TensorType(f32, ["t", "i2"], device=h.ref)]
+    model = h.model(f"elementwise_{dtype}", types, build)
+    rng = np.random.default_rng(2)
+    u = UBF16 if dtype == "bfloat16" else U32
+    rnd = round_bf16 if dtype == "bfloat16" else (lambda a: a)
+    out = []
+    for lens, starts, width, heads, d, inter in (((1,), (0,), 576, 9, 64, 1536), ((3, 1, 9), (5, 0, 1000), 577, 3, 128, 1537),
+                                                  ((64,), (4000,), 4096, 32, 128, 14336)):
+        offs = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint32)
+        start = np.array(starts, np.uint32)
+        t = int(offs[-1])
+        x = rnd(rng.standard_normal((t, width)).astype(np.float32))
+        w = rnd(rng.standard_normal(width).astype(np.float32))
+        xr = rnd(rng.standard_normal((t, heads, d)).astype(np.float32))
+        theta = 10000.0 if d == 64 else 500000.0
+        invf = (1.0 / theta ** (np.arange(0, d, 2, dtype=np.float64) / d)).astype(np.float32)
+        gu = rnd(rng.standard_normal((t, 2 * inter)).astype(np.float32))
+        ys = h.run(model, [x, w, xr, invf, offs, start, gu])
+        shape = f"T={t} B={len(lens)}"
+        ref = R.rmsnorm(x, w, eps)
+        out.append(result(h, "crucible.rmsnorm", "", dtype, f"{shape} H={width}",
+                          _ratio(np.abs(ys[0] - ref), 8 * u * np.abs(ref) + 1e-6), 1.0))
+        pos = R.positions(offs, start)
+        rope_bound = 2 * U32 * (pos[:, None, None] + 1) * np.abs(xr).max() * 4 + 8 * u * np.abs(xr).max()
+        for i, inter_layout in ((1, False), (2, True)):
+            ref = R.rope(xr, invf, offs, start, inter_layout)
+            out.append(result(h, "crucible.rope", "interleaved" if inter_layout else "half-split", dtype,
+                              f"{shape} heads={heads} D={d} max_pos={int(pos.max())}",
+                              _ratio(np.abs(ys[i] - ref), rope_bound), 1.0))
+        ref = R.silu_mul(gu)
+        out.append(result(h, "crucible.silu_mul", "", dtype, f"{shape} I={inter}",
+                          _ratio(np.abs(ys[3] - ref), 8 * u * np.abs(ref) + 1e-6), 1.0))
+    return out
+
+
+def check_embedding(h: Harness) -> list[CaseResult]:
+    """crucible.embedding from an f32 table and from every block format (exact decode expected)."""
+    from max.dtype import DType
+    from max.graph import TensorType
+
+    from graphs import kernel_ops as K
+
+    f32 = DType.float32
+    hidden = 576
+    types = [TensorType(DType.int64, ["t"], device=h.ref), TensorType(f32, ["v", hidden], device=h.ref)]
+    types += [TensorType(DType.uint8, ["v", hidden // 32 * nb], device=h.ref)
+              for nb in (18, 20, 34, 64)]
+
+    def build(ids, tf32, t40, t41, t80, tf16):
+        tables = {"f32": tf32, "q4_0": t40, "q4_1": t41, "q8_0": t80, "f16": tf16}
+        return [K.embedding(ids.tensor, tables[q].tensor, hidden, q) for q in tables]
+
+    model = h.model("embedding", types, build)
+    rng = np.random.default_rng(3)
+    table = rng.standard_normal((1000, hidden)).astype(np.float32)
+    enc = {q: R.quantize(table, q) for q in QTYPES}
+    ids = np.array([0, 999, 5, 5, 123], np.int64)
+    ys = h.run(model, [ids, table] + [enc[q] for q in ("q4_0", "q4_1", "q8_0", "f16")])
+    out = []
+    for q, y in zip(("f32", "q4_0", "q4_1", "q8_0", "f16"), ys):
+        ref = table[ids].astype(np.float64) if q == "f32" else R.dequantize(enc[q], q, 1000, hidden)[ids]
+        # Decoding is exact up to one fp32 rounding of d * q + m.
+        out.append(result(h, "crucible.embedding", q, "float32", f"T=5 V=1000 H={hidden}",
+                          _ratio(np.abs(y - ref), 2 * U32 * np.abs(ref) + 1e-30), 1.0))
+    return out
+
+
+def check_attention(h: Harness, dtype: str) -> list[CaseResult]:
+    """Ragged prefill and paged (write, then attend) attention over GQA ratios 1/3/4/8, head_dim
+    64/128, sequences crossing page boundaries, prefill with history and long-context decode."""
+    from max.dtype import DType
+    from max.graph import BufferType, TensorType, ops
+
+    from graphs import kernel_ops as K
+
+    f32, u32 = DType.float32, DType.uint32
+    compute = DType.bfloat16 if dtype == "bfloat16" else f32
+    layers, layer = 2, 1
+    out = []
+    rng = np.random.default_rng(4)
+    for d in (64, 128):
+        cases = [c for c in ATTENTION_CASES if c[4] == d]
+
+        def build_ragged(q, k, v, offs):
+            c = lambda a: ops.cast(a.tensor, compute)  # noqa: E731
+            return [ops.cast(K.attention_ragged(c(q), c(k), c(v), offs.tensor), f32)]
+
+        ragged = h.model(f"attention_ragged_{dtype}_{d}", [
+            TensorType(f32, ["t", "hq", d], device=h.ref), TensorType(f32, ["t", "hkv", d], device=h.ref),
+            TensorType(f32, ["t", "hkv", d], device=h.ref), TensorType(u32, ["b1"], device=h.ref)], build_ragged)
+
+        def build_paged(blocks, q, k, v, offs, lens, lut):
+            K.kv_cache_write(blocks.buffer, k.tensor, v.tensor, offs.tensor, lens.tensor, lut.tensor, layer)
+            return [K.attention_paged(q.tensor, blocks.buffer, offs.tensor, lens.tensor, lut.tensor, layer)]
+
+        # The paged cache is float32 here on both targets (numpy has no bf16 buffers to hand MAX).
+        paged = h.model(f"attention_paged_{d}", [
+            BufferType(f32, ["pages", 2, layers, PAGE_SIZE, "hkv", d], device=h.ref),
+            TensorType(f32, ["t", "hq", d], device=h.ref), TensorType(f32, ["t", "hkv", d], device=h.ref),
+            TensorType(f32, ["t", "hkv", d], device=h.ref), TensorType(u32, ["b1"], device=h.ref),
+            TensorType(u32, ["b"], device=h.ref), TensorType(u32, ["b", "mp"], device=h.ref)], build_paged)
+
+        for lens, hist, hq, hkv, _ in cases:
+            rnd = round_bf16 if dtype == "bfloat16" else (lambda a: a)
+            offs = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint32)
+            t = int(offs[-1])
+            q = rnd(rng.standard_normal((t, hq, d)).astype(np.float32))
+            keys = [rnd(rng.standard_normal((hi + n, hkv, d)).astype(np.float32)) for hi, n in zip(hist, lens)]
+            vals = [rnd(rng.standard_normal((hi + n, hkv, d)).astype(np.float32)) for hi, n in zip(hist, lens)]
+            starts = np.array(hist, np.uint32)
+            shape = f"new={list(lens)} cached={list(hist)} Hq={hq} Hkv={hkv} D={d}"
+            vmax = max(np.abs(v).max() for v in vals)
+            tol = (2.0**-6 if dtype == "bfloat16" else 2e-5) * vmax
+            if all(hi == 0 for hi in hist):
+                k_new = np.concatenate(keys)
+                v_new = np.concatenate(vals)
+                y = h.run(ragged, [q, k_new, v_new, offs])[0]
+                ref = R.attention(q, keys, vals, offs, starts)
+                out.append(result(h, "crucible.attention_ragged", "", dtype, shape, np.abs(y - ref).max(), tol))
+            if dtype == "float32":
+                y, written_ok = _run_paged(h, paged, q, keys, vals, lens, hist, hkv, d, layers, layer, rng)
+                ref = R.attention(q, keys, vals, offs, starts)
+                out.append(result(h, "crucible.attention_paged", "", dtype, shape, np.abs(y - ref).max(), tol))
+                out.append(result(h, "crucible.kv_cache_write", "", dtype, shape, 0.0 if written_ok else 1.0, 0.0))
+    return out
+
+
+def _run_paged(h, model, q, keys, vals, lens, hist, hkv, d, layers, layer, rng):
+    """Lays the cached K/V into randomly permuted pages, runs write + attend, checks the written rows."""
+    b = len(lens)
+    need = [-(-(hi + n) // PAGE_SIZE) for hi, n in zip(hist, lens)]
+    n_pages = sum(need) + 2
+    perm = rng.permutation(n_pages)
+    lut = np.zeros((b, max(need)), np.uint32)
+    i = 0
+    for s in range(b):
+        for p in range(need[s]):
+            lut[s, p] = perm[i]
+            i += 1
+    blocks = rng.standard_normal((n_pages, 2, layers, PAGE_SIZE, hkv, d)).astype(np.float32)
+    for s in range(b):
+        for j in range(hist[s]):
+            blocks[lut[s, j // PAGE_SIZE], 0, layer, j % PAGE_SIZE] = keys[s][j]
+            blocks[lut[s, j // PAGE_SIZE], 1, layer, j % PAGE_SIZE] = vals[s][j]
+    offs = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint32)
+    k_new = np.concatenate([keys[s][hist[s]:] for s in range(b)])
+    v_new = np.concatenate([vals[s][hist[s]:] for s in range(b)])
+    buf = h.to_device(blocks)
+    args = [buf] + [h.to_device(a) for a in (q, k_new, v_new, offs, np.array(hist, np.uint32), lut)]
+    y = h.run_buffers(model, args)[0]
+    from max.driver import CPU
+
+    after = buf.to(CPU()).to_numpy()
+    ok = True
+    for s in range(b):
+        for j in range(hist[s], hist[s] + lens[s]):
+            page, slot = lut[s, j // PAGE_SIZE], j % PAGE_SIZE
+            ok &= bool(np.array_equal(after[page, 0, layer, slot], keys[s][j]))
+            ok &= bool(np.array_equal(after[page, 1, layer, slot], vals[s][j]))
+    return y, ok
+
+
+def run_all(h: Harness) -> list[CaseResult]:
+    """The whole grid for the harness's target (the dtypes each target supports)."""
+    results: list[CaseResult] = []
+    if h.target == "cpu":
+        results += check_matmul(h, "float32", ("auto", "gemm", "gemv"))
+    else:
+        results += check_matmul(h, "float32", ("tiled",))
+        results += check_matmul(h, "bfloat16", ("auto", "tiled", "tensor_core"))
+    for qtype in QTYPES:
+        results += check_qmatmul(h, qtype)
+    results += check_elementwise(h, "float32")
+    results += check_embedding(h)
+    results += check_attention(h, "float32")
+    if h.target == "gpu":
+        results += check_elementwise(h, "bfloat16")
+        results += check_attention(h, "bfloat16")
+    return results

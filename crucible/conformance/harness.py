@@ -1,0 +1,110 @@
+"""Compiles one graph per (op group, dtype) with symbolic dims and runs a shape grid through it.
+
+The same harness runs on CPU (pytest, ``crucible qualify``) and on a GPU (the device check), so an
+op's support on a target is established by the same grid and bounds everywhere. Graph inputs are
+always float32/uint arrays; for bf16 the graph casts on entry and exit, and callers round the inputs
+to bf16 first (``round_bf16``) so the float64 reference sees exactly the values the kernel saw.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from crucible.kernel_build import kernel_package
+
+Target = Literal["cpu", "gpu"]
+
+
+def round_bf16(a: np.ndarray) -> np.ndarray:
+    """Rounds float32 values to the nearest bfloat16 (ties to even), returned as float32."""
+    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return rounded.astype(np.uint32).view(np.float32)
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One grid point of one op.
+
+    Attributes:
+        op: Op name (``crucible.matmul`` ...).
+        variant: Compile-time variant or qtype.
+        dtype: Compute dtype on the target.
+        shape: Human-readable shape of the case.
+        max_err: Largest |kernel - reference| (or its ratio to the per-element bound, see bound).
+        bound: The tolerance the case was held to.
+        passed: max_err <= bound.
+        target: ``cpu`` or ``gpu``.
+    """
+
+    op: str
+    variant: str
+    dtype: str
+    shape: str
+    max_err: float
+    bound: float
+    passed: bool
+    target: str
+
+
+class Harness:
+    """A MAX session on one target with a cache of compiled graphs.
+
+    Args:
+        target: ``cpu`` or ``gpu`` (the first accelerator).
+    """
+
+    def __init__(self, target: Target) -> None:
+        from max.driver import CPU, Accelerator
+        from max.engine import InferenceSession
+        from max.graph import DeviceRef
+
+        self.target = target
+        self.device = CPU() if target == "cpu" else Accelerator()
+        self.ref = DeviceRef.CPU() if target == "cpu" else DeviceRef.GPU()
+        self.session = InferenceSession(devices=[self.device])
+        self.kernels = kernel_package()
+        self._models: dict[str, object] = {}
+        self.compile_seconds: dict[str, float] = {}
+
+    def model(self, key: str, input_types: Sequence[object], build: Callable[..., Sequence[object]]):
+        """Returns the compiled graph `key`, building it with `build(*graph_inputs)` on first use."""
+        from max.graph import Graph
+
+        if key not in self._models:
+            start = time.perf_counter()
+            with Graph(key, input_types=list(input_types), custom_extensions=[self.kernels.path]) as g:
+                g.output(*build(*g.inputs))
+            self._models[key] = self.session.load(g)
+            self.compile_seconds[key] = time.perf_counter() - start
+        return self._models[key]
+
+    def run(self, model, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Executes with host arrays, returns host arrays."""
+        from max.driver import CPU, Buffer
+
+        bufs = [Buffer.from_numpy(np.ascontiguousarray(a)).to(self.device) for a in arrays]
+        outs = model.execute(*bufs)
+        return [o.to(CPU()).to_numpy() for o in outs]
+
+    def run_buffers(self, model, buffers: Sequence[object]) -> list[np.ndarray]:
+        """Executes with prepared device buffers (for in-place buffer inputs), returns host arrays."""
+        from max.driver import CPU
+
+        return [o.to(CPU()).to_numpy() for o in model.execute(*buffers)]
+
+    def to_device(self, a: np.ndarray):
+        from max.driver import Buffer
+
+        return Buffer.from_numpy(np.ascontiguousarray(a)).to(self.device)
+
+
+def result(h: Harness, op: str, variant: str, dtype: str, shape: str, err: float, bound: float) -> CaseResult:
+    """Builds a CaseResult; NaN errors fail."""
+    ok = bool(np.isfinite(err) and err <= bound)
+    return CaseResult(op, variant, dtype, shape, float(err), float(bound), ok, h.target)
