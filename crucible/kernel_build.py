@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -78,16 +79,28 @@ def _build_dir() -> Path:
     return Path(os.environ.get("CRUCIBLE_BUILD_DIR", REPO_ROOT / "build"))
 
 
+PREBUILT_ENV = "CRUCIBLE_PREBUILT_KERNELS"
+
+
+def _prebuilt(path: Path) -> KernelBuild:
+    # A package built elsewhere (e.g. carried to a GPU machine that has no `mojo` to run): its
+    # build-info.json says which sources and compiler produced it.
+    info = json.loads((path.parent / "build-info.json").read_text())
+    return KernelBuild(path=path, content_hash=info["content_hash"], mojo_version=info["mojo_version"])
+
+
 @lru_cache(maxsize=4)
 def kernel_package(kernels_dir: Path = KERNELS_DIR) -> KernelBuild:
     """Returns the prebuilt kernel package, precompiling it if this content hash has no build yet.
 
     Safe to call from concurrent processes: a file lock serializes the build, and the package appears
-    under its final name atomically.
+    under its final name atomically. $CRUCIBLE_PREBUILT_KERNELS names a package built elsewhere.
 
     Raises:
         KernelBuildError: The compiler rejected the sources.
     """
+    if os.environ.get(PREBUILT_ENV):
+        return _prebuilt(Path(os.environ[PREBUILT_ENV]))
     digest = kernel_sources_hash(kernels_dir)
     out_dir = _build_dir() / f"kernels-{digest}"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -111,6 +124,8 @@ def kernel_package(kernels_dir: Path = KERNELS_DIR) -> KernelBuild:
                         if "error" in line or line.startswith(" ")
                     )
                     raise KernelBuildError(f"mojo precompile {kernels_dir} failed:\n{errors[-4000:]}")
+                (out_dir / "build-info.json").write_text(json.dumps(
+                    {"content_hash": digest, "mojo_version": mojo_version(), "sources": str(kernels_dir)}))
                 tmp.replace(target)
                 shutil.rmtree(tmp_dir, ignore_errors=True)
     return KernelBuild(path=target, content_hash=digest, mojo_version=mojo_version())

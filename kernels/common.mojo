@@ -2,7 +2,8 @@
 
 from std.memory import alloc, bitcast
 from std.sys.info import num_physical_cores, simd_width_of
-from max.algorithm.functional import parallelize
+from max.algorithm.functional import sync_parallelize
+from std.atomic import Atomic
 from max.gpu.host import DeviceContext
 from max.gpu.host.device_context import DeviceContextBase
 from std.sys.info import CompilationTarget
@@ -37,8 +38,16 @@ def ceil_div(a: Int, b: Int) -> Int:
 
 
 
+
 def parallel_for[FuncType: def(Int) -> None](func: FuncType, n: Int, ctx: DeviceContext):
-    """Runs func(0), ..., func(n - 1) on one worker per physical core of the op's CPU context."""
+    """Runs func(0), ..., func(n - 1) on one worker per physical core, handing out items dynamically.
+
+    MAX's `parallelize` splits the items into one fixed chunk per worker. Here each worker takes the
+    next item from a shared atomic counter instead: while a graph executes, the calling Python thread
+    spin-yields on one of this machine's two cores, so a worker that gets descheduled falls behind,
+    and fixed chunks would leave the other core idle at the end (measured: GEMM 0.79x -> see the
+    kernel benchmark for the current ratio).
+    """
     if n <= 0:
         return
     var workers = min(n, cpu_threads())
@@ -46,4 +55,15 @@ def parallel_for[FuncType: def(Int) -> None](func: FuncType, n: Int, ctx: Device
         for i in range(n):
             func(i)
         return
-    parallelize(func, n, workers)
+    var counter = scratch[DType.int64](1)
+    counter[unsafe_offset=0] = 0
+
+    def worker(w: Int) {imm func, var counter, var n}:
+        while True:
+            var i = Int(Atomic.fetch_add(counter, 1))
+            if i >= n:
+                break
+            func(i)
+
+    sync_parallelize(worker, workers, rebind[DeviceContextBase[CompilationTarget()]](ctx))
+    counter.unsafe_free()

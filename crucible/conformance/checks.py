@@ -55,8 +55,8 @@ def _ratio(err: np.ndarray, bound: np.ndarray) -> float:
     return float(np.max(err / bound)) if err.size else 0.0
 
 
-def check_matmul(h: Harness, dtype: str, variants: tuple[str, ...]) -> list[CaseResult]:
-    """crucible.matmul over the M x (K, N) grid for each variant (compiled once per dtype)."""
+def matmul_graph(h: Harness, dtype: str, variants: tuple[str, ...]):
+    """One graph, one output per variant, symbolic in M, K, N."""
     from max.dtype import DType
     from max.graph import TensorType, ops
 
@@ -69,8 +69,13 @@ def check_matmul(h: Harness, dtype: str, variants: tuple[str, ...]) -> list[Case
         xc, wc = ops.cast(x.tensor, compute), ops.cast(w.tensor, compute)
         return [ops.cast(K.matmul(xc, wc, v), f32) for v in variants]
 
-    model = h.model(f"matmul_{dtype}_{'_'.join(variants)}",
-                    [TensorType(f32, ["m", "k"], device=h.ref), TensorType(f32, ["n", "k"], device=h.ref)], build)
+    return h.model(f"matmul_{dtype}_{'_'.join(variants)}",
+                   [TensorType(f32, ["m", "k"], device=h.ref), TensorType(f32, ["n", "k"], device=h.ref)], build)
+
+
+def check_matmul(h: Harness, dtype: str, variants: tuple[str, ...]) -> list[CaseResult]:
+    """crucible.matmul over the M x (K, N) grid for each variant (compiled once per dtype)."""
+    model = matmul_graph(h, dtype, variants)
     rng = np.random.default_rng(0)
     shapes = [(m, k, n) for m in MATMUL_M for k, n in MATMUL_KN] + list(MATMUL_BIG)
     out = []
@@ -87,8 +92,8 @@ def check_matmul(h: Harness, dtype: str, variants: tuple[str, ...]) -> list[Case
     return out
 
 
-def check_qmatmul(h: Harness, qtype: str) -> list[CaseResult]:
-    """crucible.qmatmul for one block format, plus the misread-layout control for Q4 formats."""
+def qmatmul_graph(h: Harness, qtype: str):
+    """qmatmul for one block format, symbolic in M, N and the row bytes."""
     from max.dtype import DType
     from max.graph import TensorType, ops
 
@@ -100,8 +105,13 @@ def check_qmatmul(h: Harness, qtype: str) -> list[CaseResult]:
         return [ops.custom("crucible.qmatmul", h.ref, [x.tensor, w.tensor], [out_type],
                            parameters={"qtype": qtype})[0].tensor]
 
-    model = h.model(f"qmatmul_{qtype}", [TensorType(f32, ["m", "k"], device=h.ref),
-                                         TensorType(DType.uint8, ["n", "kb"], device=h.ref)], build)
+    return h.model(f"qmatmul_{qtype}", [TensorType(f32, ["m", "k"], device=h.ref),
+                                        TensorType(DType.uint8, ["n", "kb"], device=h.ref)], build)
+
+
+def check_qmatmul(h: Harness, qtype: str) -> list[CaseResult]:
+    """crucible.qmatmul for one block format, plus the misread-layout control for Q4 formats."""
+    model = qmatmul_graph(h, qtype)
     rng = np.random.default_rng(1)
     out = []
     shapes = [(m, k, n) for m in MATMUL_M for k, n in QMATMUL_KN] + [(1, 4096, 4096), (8, 4096, 4096)]
@@ -123,8 +133,8 @@ def check_qmatmul(h: Harness, qtype: str) -> list[CaseResult]:
     return out
 
 
-def check_elementwise(h: Harness, dtype: str) -> list[CaseResult]:
-    """rmsnorm, rope (both layouts) and silu_mul over odd row widths and ragged batches."""
+def elementwise_graph(h: Harness, dtype: str):
+    """rmsnorm, rope in both layouts and silu_mul in one graph."""
     from max.dtype import DType
     from max.graph import TensorType, ops
 
@@ -146,7 +156,13 @@ def check_elementwise(h: Harness, dtype: str) -> list[CaseResult]:
              TensorType(f32, ["t", "nh", "d"], device=h.ref), TensorType(f32, ["half"], device=h.ref),
              TensorType(u32, ["b1"], device=h.ref), TensorType(u32, ["b"], device=h.ref),
              TensorType(f32, ["t", "i2"], device=h.ref)]
-    model = h.model(f"elementwise_{dtype}", types, build)
+    return h.model(f"elementwise_{dtype}", types, build)
+
+
+def check_elementwise(h: Harness, dtype: str) -> list[CaseResult]:
+    """rmsnorm, rope (both layouts) and silu_mul over odd row widths and ragged batches."""
+    eps = 1e-5
+    model = elementwise_graph(h, dtype)
     rng = np.random.default_rng(2)
     u = UBF16 if dtype == "bfloat16" else U32
     rnd = round_bf16 if dtype == "bfloat16" else (lambda a: a)
@@ -180,8 +196,8 @@ def check_elementwise(h: Harness, dtype: str) -> list[CaseResult]:
     return out
 
 
-def check_embedding(h: Harness) -> list[CaseResult]:
-    """crucible.embedding from an f32 table and from every block format (exact decode expected)."""
+def embedding_graph(h: Harness):
+    """embedding from an f32 table and from each block format."""
     from max.dtype import DType
     from max.graph import TensorType
 
@@ -197,7 +213,13 @@ def check_embedding(h: Harness) -> list[CaseResult]:
         tables = {"f32": tf32, "q4_0": t40, "q4_1": t41, "q8_0": t80, "f16": tf16}
         return [K.embedding(ids.tensor, tables[q].tensor, hidden, q) for q in tables]
 
-    model = h.model("embedding", types, build)
+    return h.model("embedding", types, build)
+
+
+def check_embedding(h: Harness) -> list[CaseResult]:
+    """crucible.embedding from an f32 table and from every block format (exact decode expected)."""
+    hidden = 576
+    model = embedding_graph(h)
     rng = np.random.default_rng(3)
     table = rng.standard_normal((1000, hidden)).astype(np.float32)
     enc = {q: R.quantize(table, q) for q in QTYPES}
@@ -212,9 +234,11 @@ def check_embedding(h: Harness) -> list[CaseResult]:
     return out
 
 
-def check_attention(h: Harness, dtype: str) -> list[CaseResult]:
-    """Ragged prefill and paged (write, then attend) attention over GQA ratios 1/3/4/8, head_dim
-    64/128, sequences crossing page boundaries, prefill with history and long-context decode."""
+LAYERS, LAYER = 2, 1
+
+
+def attention_graphs(h: Harness, dtype: str, d: int):
+    """(ragged graph in `dtype`, paged write+attend graph with a float32 cache) for head_dim d."""
     from max.dtype import DType
     from max.graph import BufferType, TensorType, ops
 
@@ -222,31 +246,38 @@ def check_attention(h: Harness, dtype: str) -> list[CaseResult]:
 
     f32, u32 = DType.float32, DType.uint32
     compute = DType.bfloat16 if dtype == "bfloat16" else f32
-    layers, layer = 2, 1
+    layers, layer = LAYERS, LAYER
+
+    def build_ragged(q, k, v, offs):
+        c = lambda a: ops.cast(a.tensor, compute)  # noqa: E731
+        return [ops.cast(K.attention_ragged(c(q), c(k), c(v), offs.tensor), f32)]
+
+    ragged = h.model(f"attention_ragged_{dtype}_{d}", [
+        TensorType(f32, ["t", "hq", d], device=h.ref), TensorType(f32, ["t", "hkv", d], device=h.ref),
+        TensorType(f32, ["t", "hkv", d], device=h.ref), TensorType(u32, ["b1"], device=h.ref)], build_ragged)
+
+    def build_paged(blocks, q, k, v, offs, lens, lut):
+        K.kv_cache_write(blocks.buffer, k.tensor, v.tensor, offs.tensor, lens.tensor, lut.tensor, layer)
+        return [K.attention_paged(q.tensor, blocks.buffer, offs.tensor, lens.tensor, lut.tensor, layer)]
+
+    # The paged cache is float32 here on both targets (numpy has no bf16 buffers to hand MAX).
+    paged = h.model(f"attention_paged_{d}", [
+        BufferType(f32, ["pages", 2, layers, PAGE_SIZE, "hkv", d], device=h.ref),
+        TensorType(f32, ["t", "hq", d], device=h.ref), TensorType(f32, ["t", "hkv", d], device=h.ref),
+        TensorType(f32, ["t", "hkv", d], device=h.ref), TensorType(u32, ["b1"], device=h.ref),
+        TensorType(u32, ["b"], device=h.ref), TensorType(u32, ["b", "mp"], device=h.ref)], build_paged)
+    return ragged, paged
+
+
+def check_attention(h: Harness, dtype: str) -> list[CaseResult]:
+    """Ragged prefill and paged (write, then attend) attention over GQA ratios 1/3/4/8, head_dim
+    64/128, sequences crossing page boundaries, prefill with history and long-context decode."""
+    layers, layer = LAYERS, LAYER
     out = []
     rng = np.random.default_rng(4)
     for d in (64, 128):
         cases = [c for c in ATTENTION_CASES if c[4] == d]
-
-        def build_ragged(q, k, v, offs):
-            c = lambda a: ops.cast(a.tensor, compute)  # noqa: E731
-            return [ops.cast(K.attention_ragged(c(q), c(k), c(v), offs.tensor), f32)]
-
-        ragged = h.model(f"attention_ragged_{dtype}_{d}", [
-            TensorType(f32, ["t", "hq", d], device=h.ref), TensorType(f32, ["t", "hkv", d], device=h.ref),
-            TensorType(f32, ["t", "hkv", d], device=h.ref), TensorType(u32, ["b1"], device=h.ref)], build_ragged)
-
-        def build_paged(blocks, q, k, v, offs, lens, lut):
-            K.kv_cache_write(blocks.buffer, k.tensor, v.tensor, offs.tensor, lens.tensor, lut.tensor, layer)
-            return [K.attention_paged(q.tensor, blocks.buffer, offs.tensor, lens.tensor, lut.tensor, layer)]
-
-        # The paged cache is float32 here on both targets (numpy has no bf16 buffers to hand MAX).
-        paged = h.model(f"attention_paged_{d}", [
-            BufferType(f32, ["pages", 2, layers, PAGE_SIZE, "hkv", d], device=h.ref),
-            TensorType(f32, ["t", "hq", d], device=h.ref), TensorType(f32, ["t", "hkv", d], device=h.ref),
-            TensorType(f32, ["t", "hkv", d], device=h.ref), TensorType(u32, ["b1"], device=h.ref),
-            TensorType(u32, ["b"], device=h.ref), TensorType(u32, ["b", "mp"], device=h.ref)], build_paged)
-
+        ragged, paged = attention_graphs(h, dtype, d)
         for lens, hist, hq, hkv, _ in cases:
             rnd = round_bf16 if dtype == "bfloat16" else (lambda a: a)
             offs = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint32)
@@ -305,6 +336,23 @@ def _run_paged(h, model, q, keys, vals, lens, hist, hkv, d, layers, layer, rng):
             ok &= bool(np.array_equal(after[page, 0, layer, slot], keys[s][j]))
             ok &= bool(np.array_equal(after[page, 1, layer, slot], vals[s][j]))
     return y, ok
+
+
+def compile_all(h: Harness) -> list[str]:
+    """Builds (without running) every graph run_all would use on the harness's target."""
+    if h.target == "cpu":
+        matmul_graph(h, "float32", ("auto", "gemm", "gemv"))
+    else:
+        matmul_graph(h, "float32", ("tiled",))
+        matmul_graph(h, "bfloat16", ("auto", "tiled", "tensor_core"))
+    for qtype in QTYPES:
+        qmatmul_graph(h, qtype)
+    embedding_graph(h)
+    for dtype in ("float32", "bfloat16") if h.target == "gpu" else ("float32",):
+        elementwise_graph(h, dtype)
+        for d in (64, 128):
+            attention_graphs(h, dtype, d)
+    return sorted(h.compile_seconds)
 
 
 def run_all(h: Harness) -> list[CaseResult]:

@@ -1,0 +1,69 @@
+"""The GPU device check: the conformance grid and the quick kernel benchmark on a real GPU.
+
+Run where a GPU is lent (see README): writes conformance.json, kernels.json/.png and a log under the
+output folder, and keeps going past a failing step so one run reports everything it can.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+
+
+def main(out: str) -> int:
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    status: dict[str, object] = {}
+
+    def step(name, fn):
+        start = time.perf_counter()
+        try:
+            status[name] = {"ok": True, "result": fn()}
+        except Exception as exc:  # noqa: BLE001 - report and continue with the next step
+            status[name] = {"ok": False, "error": repr(exc), "trace": traceback.format_exc()[-6000:]}
+            print(f"[{name}] FAILED: {exc!r}", flush=True)
+        status[name]["seconds"] = round(time.perf_counter() - start, 1)
+        (out_dir / "status.json").write_text(json.dumps(status, indent=1, default=str))
+
+    def versions():
+        from crucible.versions import version_matrix
+
+        return version_matrix("gpu")
+
+    def conformance():
+        from crucible.conformance.checks import run_all
+        from crucible.conformance.harness import Harness
+
+        h = Harness("gpu")
+        results = run_all(h)
+        (out_dir / "conformance.json").write_text(json.dumps(
+            {"results": [asdict(r) for r in results], "compile_seconds": h.compile_seconds}, indent=1))
+        failed = [asdict(r) for r in results if not r.passed]
+        print(f"[conformance] {len(results)} cases, {len(failed)} failed", flush=True)
+        for r in failed[:40]:
+            print("  FAIL", r, flush=True)
+        return {"cases": len(results), "failed": len(failed)}
+
+    def bench():
+        from benchmarks.kernels import KernelBench, format_table, write_report
+
+        b = KernelBench("gpu", quick=True)
+        rows = b.run(log=lambda m: print(m, flush=True))
+        print(format_table(rows), flush=True)
+        write_report(rows, b.extra, [], versions(), out_dir)
+        return b.extra
+
+    step("versions", versions)
+    step("conformance", conformance)
+    step("bench", bench)
+    print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "trace"} for k, v in status.items()},
+                     default=str)[:3000])
+    return 0 if all(v["ok"] for v in status.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "device-out"))

@@ -1,0 +1,110 @@
+"""The compiled graphs the kernel benchmark times: one per op and system, symbolic in every size.
+
+Each graph holds exactly one op of interest, so a timed ``execute`` is that op plus MAX's fixed
+per-execute cost (measured separately with an empty graph and reported as ``exec_overhead_us``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from max.dtype import DType
+from max.graph import DeviceRef, Graph, TensorType, ops
+
+from graphs import kernel_ops as K
+
+
+@dataclass
+class GraphSet:
+    """Lazily compiled graphs keyed by name, on one session and device."""
+
+    session: object
+    ref: DeviceRef
+    kernels: object
+    compiled: dict[str, object]
+
+    def get(self, name: str, input_types: list[object], build: Callable[..., list[object]]) -> object:
+        if name not in self.compiled:
+            with Graph(name, input_types=input_types, custom_extensions=[self.kernels]) as g:
+                g.output(*build(*g.inputs))
+            self.compiled[name] = self.session.load(g)
+        return self.compiled[name]
+
+    def empty(self):
+        # One trivial op: the fixed cost of executing a graph that launches a kernel.
+        f32 = DType.float32
+        return self.get("empty", [TensorType(f32, [1], device=self.ref)], lambda x: [ops.negate(x.tensor)])
+
+    def matmul(self, system: str, dtype: DType):
+        types = [TensorType(dtype, ["m", "k"], device=self.ref), TensorType(dtype, ["n", "k"], device=self.ref)]
+        if system == "crucible":
+            return self.get(f"mm_ours_{dtype}", types, lambda x, w: [K.matmul(x.tensor, w.tensor)])
+        # MAX's best CPU layout: weights stored [N, K] and transposed in the graph (a view).
+        return self.get(f"mm_max_{dtype}", types,
+                        lambda x, w: [ops.matmul(x.tensor, ops.transpose(w.tensor, 0, 1))])
+
+    def qmatmul(self, qtype: str):
+        f32 = DType.float32
+        types = [TensorType(f32, ["m", "k"], device=self.ref), TensorType(DType.uint8, ["n", "kb"], device=self.ref)]
+
+        def build(x, w):
+            out = TensorType(f32, [x.tensor.shape[0], w.tensor.shape[0]], device=self.ref)
+            return [ops.custom("crucible.qmatmul", self.ref, [x.tensor, w.tensor], [out],
+                               parameters={"qtype": qtype})[0].tensor]
+
+        return self.get(f"qmm_{qtype}", types, build)
+
+    def rmsnorm(self, system: str, dtype: DType):
+        types = [TensorType(dtype, ["t", "h"], device=self.ref), TensorType(dtype, ["h"], device=self.ref)]
+        if system == "crucible":
+            return self.get(f"rms_ours_{dtype}", types, lambda x, w: [K.rmsnorm(x.tensor, w.tensor, 1e-5)])
+        return self.get(f"rms_max_{dtype}", types, lambda x, w: [ops.rms_norm(x.tensor, w.tensor, 1e-5)])
+
+    def silu_mul(self, system: str, dtype: DType):
+        if system == "crucible":
+            types = [TensorType(dtype, ["t", "i2"], device=self.ref)]
+            return self.get(f"silu_ours_{dtype}", types, lambda gu: [K.silu_mul(gu.tensor)])
+        # MAX's composition gets gate and up as two tensors (as from two projections).
+        types = [TensorType(dtype, ["t", "i"], device=self.ref), TensorType(dtype, ["t", "i"], device=self.ref)]
+        return self.get(f"silu_max_{dtype}", types, lambda g, u: [ops.silu(g.tensor) * u.tensor])
+
+    def rope(self, system: str, dtype: DType, head_dim: int):
+        u32, f32 = DType.uint32, DType.float32
+        types = [TensorType(dtype, ["t", "nh", head_dim], device=self.ref), TensorType(u32, ["b1"], device=self.ref),
+                 TensorType(u32, ["b"], device=self.ref)]
+        if system == "crucible":
+            types.append(TensorType(f32, [head_dim // 2], device=self.ref))
+            return self.get(f"rope_ours_{dtype}_{head_dim}", types, lambda x, o, s, f: [
+                K.rope(x.tensor, f.tensor, o.tensor, s.tensor, False)])
+        types.append(TensorType(f32, ["maxpos", head_dim], device=self.ref))
+        from max.nn.kernels import rope_ragged
+
+        return self.get(f"rope_max_{dtype}_{head_dim}", types, lambda x, o, s, f: [
+            rope_ragged(x.tensor, o.tensor, s.tensor, ops.cast(f.tensor, dtype), interleaved=False)])
+
+    def attention(self, system: str, kv_params, n_heads: int):
+        """Paged attention over MAX's KV cache inputs (layer 0 of a 1-layer cache)."""
+        from max import tree
+        from max.nn.attention import MHAMaskVariant
+        from max.nn.kernels import flash_attention_ragged
+
+        dtype, d = kv_params.dtype, kv_params.head_dim
+        flat, _ = tree.flatten(kv_params.get_symbolic_inputs())
+        types = [TensorType(dtype, ["t", n_heads, d], device=self.ref),
+                 TensorType(DType.uint32, ["b1"], device=self.ref), *flat]
+
+        def build(q, offs, *kv):
+            kvc = kv_params.unflatten_kv_inputs(iter(kv))[0]
+            if system == "crucible":
+                return [K.attention_paged(q.tensor, kvc.kv_blocks, offs.tensor, kvc.cache_lengths,
+                                          kvc.lookup_table, 0)]
+            layer = ops.constant(0, DType.uint32, device=DeviceRef.CPU())
+            return [flash_attention_ragged(kv_params, q.tensor, offs.tensor, kvc, layer,
+                                           MHAMaskVariant.CAUSAL_MASK, d ** -0.5)]
+
+        return self.get(f"attn_{system}_{dtype}_{kv_params.n_kv_heads}_{d}_{n_heads}", types, build)
+
+    def bandwidth(self):
+        types = [TensorType(DType.float32, ["n"], device=self.ref)]
+        return self.get("read_bandwidth", types, lambda x: [K.read_bandwidth(x.tensor)])

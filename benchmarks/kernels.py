@@ -1,0 +1,364 @@
+"""``crucible bench kernels``: every op at real model shapes, side by side with MAX's built-ins and numpy.
+
+Shapes are those of SmolLM2-135M (hidden 576, intermediate 1536, 9/3 heads, vocab 49152) and of
+Llama-3-8B (4096, 14336, 32/8 heads) for M (tokens) in {1, 8, 64, 512}. Every row times the systems
+interleaved in one process (benchmarks/timing.py) and reports medians, GFLOP/s, GB/s and ratios.
+A plain read-bandwidth probe on a buffer 8x the last-level cache runs in the same process: the
+ceiling for the memory-bound rows. The speed targets of the kernel issue are checked at the end.
+
+Times are per graph execution and include MAX's fixed per-execute cost (the same for every system,
+printed as exec_overhead_us).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from benchmarks.kernel_graphs import GraphSet
+from benchmarks.timing import Timing, time_interleaved
+
+Target = Literal["cpu", "gpu"]
+
+
+@dataclass(frozen=True)
+class ModelShapes:
+    name: str
+    hidden: int
+    inter: int
+    n_heads: int
+    n_kv: int
+    head_dim: int
+    vocab: int
+
+    def projections(self) -> list[tuple[str, int, int]]:
+        """(name, K, N) of every linear layer of one decoder layer (plus the lm_head)."""
+        qkv = (self.n_heads + 2 * self.n_kv) * self.head_dim
+        rows = [("qkv", self.hidden, qkv), ("o_proj", self.n_heads * self.head_dim, self.hidden),
+                ("gate_up", self.hidden, 2 * self.inter), ("down", self.inter, self.hidden)]
+        if self.vocab * self.hidden <= 64 << 20:
+            rows.append(("lm_head", self.hidden, self.vocab))
+        return rows
+
+
+SMOLLM2 = ModelShapes("smollm2-135m", 576, 1536, 9, 3, 64, 49152)
+LLAMA3_8B = ModelShapes("llama-3-8b", 4096, 14336, 32, 8, 128, 128256)
+M_VALUES = (1, 8, 64, 512)
+QTYPES = ("q4_0", "q4_1", "q8_0")
+BLOCK_BYTES = {"q4_0": 18, "q4_1": 20, "q8_0": 34}
+
+
+@dataclass
+class Row:
+    """One benchmarked configuration: an op at one shape, every system's timing and derived rates."""
+
+    op: str
+    model: str
+    shape: dict[str, int]
+    variant: str
+    dtype: str
+    target: str
+    flops: float
+    bytes: float
+    times_us: dict[str, float] = field(default_factory=dict)
+    spread_us: dict[str, list[float]] = field(default_factory=dict)
+    gflops: dict[str, float] = field(default_factory=dict)
+    gbps: dict[str, float] = field(default_factory=dict)
+    ratios: dict[str, float] = field(default_factory=dict)  # baseline time / crucible time (>1: we win)
+
+    def fill(self, timings: dict[str, Timing]) -> Row:
+        for name, t in timings.items():
+            self.times_us[name] = t.median * 1e6
+            self.spread_us[name] = [t.p10 * 1e6, t.p90 * 1e6]
+            self.gflops[name] = self.flops / t.median / 1e9 if self.flops else 0.0
+            self.gbps[name] = self.bytes / t.median / 1e9 if self.bytes else 0.0
+        ours = timings["crucible"].median
+        for name, t in timings.items():
+            if name != "crucible":
+                self.ratios[name] = t.median / ours
+        return self
+
+
+class KernelBench:
+    """Runs the rows for one target.
+
+    Args:
+        target: ``cpu`` or ``gpu``.
+        quick: SmolLM2 shapes and the speed-target rows only.
+    """
+
+    def __init__(self, target: Target, quick: bool = False) -> None:
+        from max.driver import CPU, Accelerator
+        from max.engine import InferenceSession
+        from max.graph import DeviceRef
+
+        from crucible.kernel_build import kernel_package
+
+        self.target = target
+        self.quick = quick
+        self.device = CPU() if target == "cpu" else Accelerator()
+        self.ref = DeviceRef.CPU() if target == "cpu" else DeviceRef.GPU()
+        self.session = InferenceSession(devices=[self.device])
+        self.graphs = GraphSet(self.session, self.ref, kernel_package().path, {})
+        self.rng = np.random.default_rng(0)
+        self.rows: list[Row] = []
+        self.extra: dict[str, float] = {}
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _buf(self, a: np.ndarray):
+        from max.driver import Buffer
+
+        return Buffer.from_numpy(np.ascontiguousarray(a)).to(self.device)
+
+    def _sync(self) -> None:
+        if self.target == "gpu":
+            self.device.synchronize()
+
+    def _call(self, model, args) -> callable:
+        def run():
+            model.execute(*args)
+            self._sync()
+        return run
+
+    @property
+    def float_dtype(self):
+        from max.dtype import DType
+
+        return DType.float32 if self.target == "cpu" else DType.bfloat16
+
+    # -- rows ----------------------------------------------------------------------------------
+    def probe(self) -> None:
+        """Read bandwidth on a buffer of 256 MB (CPU; far beyond the 32 MB L3) or 4 GB (GPU)."""
+        n = (64 << 20) if self.target == "cpu" else (1 << 30)
+        x = self._buf(np.ones(n, np.float32))
+        model = self.graphs.bandwidth()
+        t = time_interleaved({"probe": self._call(model, [x])}, rounds=2, block_s=1.0)["probe"]
+        self.extra["read_bandwidth_gbps"] = n * 4 / t.median / 1e9
+        empty = self.graphs.empty()
+        one = self._buf(np.ones(1, np.float32))
+        t = time_interleaved({"empty": self._call(empty, [one])}, rounds=2, block_s=0.2)["empty"]
+        self.extra["exec_overhead_us"] = t.median * 1e6
+
+    def matmul_rows(self, model: ModelShapes, m: int, name: str, k: int, n: int) -> None:
+        x = self.rng.standard_normal((m, k)).astype(np.float32)
+        w = (self.rng.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
+        dt = self.float_dtype
+        xb, wb = self._cast(x), self._cast(w)
+        systems = {"crucible": self._call(self.graphs.matmul("crucible", dt), [xb, wb]),
+                   "max": self._call(self.graphs.matmul("max", dt), [xb, wb])}
+        if self.target == "cpu":
+            systems["numpy"] = lambda: x @ w.T
+        elem = 4 if self.target == "cpu" else 2
+        row = Row("matmul", model.name, {"M": m, "K": k, "N": n}, name, str(dt), self.target,
+                  2.0 * m * k * n, float(elem * (n * k + m * k + m * n)))
+        self.rows.append(row.fill(time_interleaved(systems)))
+
+    def qmatmul_rows(self, model: ModelShapes, m: int, name: str, k: int, n: int) -> None:
+        from crucible.conformance.reference import dequantize, quantize
+
+        x = self.rng.standard_normal((m, k)).astype(np.float32)
+        w = (self.rng.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
+        for qtype in QTYPES:
+            wq = quantize(w, qtype)
+            wd = dequantize(wq, qtype, n, k).astype(np.float32)
+            xb, wqb = self._buf(x), self._buf(wq)
+            systems = {"crucible": self._call(self.graphs.qmatmul(qtype), [xb, wqb])}
+            if self.target == "cpu":
+                from max.dtype import DType
+
+                wdb = self._buf(wd)
+                systems["crucible_fp32"] = self._call(self.graphs.matmul("crucible", DType.float32), [xb, wdb])
+                systems["max_fp32"] = self._call(self.graphs.matmul("max", DType.float32), [xb, wdb])
+                systems["numpy_fp32"] = lambda: x @ wd.T
+            row = Row("qmatmul", model.name, {"M": m, "K": k, "N": n}, f"{name}:{qtype}", "float32",
+                      self.target, 2.0 * m * k * n, float(n * k // 32 * BLOCK_BYTES[qtype] + 4 * (m * k + m * n)))
+            self.rows.append(row.fill(time_interleaved(systems)))
+
+    def elementwise_rows(self, model: ModelShapes, m: int) -> None:
+        dt = self.float_dtype
+        h, i, d = model.hidden, model.inter, model.head_dim
+        x = self._cast(self.rng.standard_normal((m, h)).astype(np.float32))
+        w = self._cast(self.rng.standard_normal(h).astype(np.float32))
+        systems = {s: self._call(self.graphs.rmsnorm(s, dt), [x, w]) for s in ("crucible", "max")}
+        elem = 4 if self.target == "cpu" else 2
+        self.rows.append(Row("rmsnorm", model.name, {"M": m, "H": h}, "", str(dt), self.target, 4.0 * m * h,
+                             float(elem * 2 * m * h)).fill(time_interleaved(systems)))
+        gu_host = self.rng.standard_normal((m, 2 * i)).astype(np.float32)
+        systems = {"crucible": self._call(self.graphs.silu_mul("crucible", dt), [self._cast(gu_host)]),
+                   "max": self._call(self.graphs.silu_mul("max", dt),
+                                     [self._cast(gu_host[:, :i].copy()), self._cast(gu_host[:, i:].copy())])}
+        self.rows.append(Row("silu_mul", model.name, {"M": m, "I": i}, "", str(dt), self.target, 6.0 * m * i,
+                             float(elem * 3 * m * i)).fill(time_interleaved(systems)))
+        xr = self._cast(self.rng.standard_normal((m, model.n_heads, d)).astype(np.float32))
+        offs = self._buf(np.array([0, m], np.uint32))
+        start = self._buf(np.array([0], np.uint32))
+        inv = (1.0 / 10000.0 ** (np.arange(0, d, 2) / d)).astype(np.float32)
+        ang = np.arange(m + 1)[:, None] * inv[None, :]
+        freqs = np.stack([np.cos(ang), np.sin(ang)], -1).reshape(m + 1, d).astype(np.float32)
+        systems = {"crucible": self._call(self.graphs.rope("crucible", dt, d), [xr, offs, start, self._buf(inv)]),
+                   "max": self._call(self.graphs.rope("max", dt, d), [xr, offs, start, self._buf(freqs)])}
+        self.rows.append(Row("rope", model.name, {"M": m, "heads": model.n_heads, "D": d}, "half-split", str(dt),
+                             self.target, 6.0 * m * model.n_heads * d / 2,
+                             float(elem * 2 * m * model.n_heads * d)).fill(time_interleaved(systems)))
+
+    def attention_rows(self, model: ModelShapes, new_tokens: int, cached: int) -> None:
+        """One sequence: `new_tokens` queries over `cached` + new keys, from MAX's paged cache."""
+        from max import tree
+        from max.nn.kv_cache import MHAKVCacheParams
+        from max.pipelines.context import TextContext, TokenBuffer
+        from max.pipelines.kv_cache import PagedKVCacheManager
+        from max.pipelines.modeling.types import RequestID
+
+        params = MHAKVCacheParams(dtype=self.float_dtype, n_kv_heads=model.n_kv, head_dim=model.head_dim,
+                                  num_layers=1, page_size=128, devices=[self.ref])
+        total = cached + new_tokens
+        pages = total // 128 + 2
+        manager = PagedKVCacheManager(params=params, session=self.session, total_num_pages=pages, max_batch_size=1)
+        # A prefill row's context holds its new tokens as the prompt; a decode row's holds the cached
+        # prompt, marked processed, then the new tokens appended one by one.
+        ctx = TextContext(request_id=RequestID(), max_length=total + 8,
+                          tokens=TokenBuffer(np.zeros(cached if cached else new_tokens, np.int64)))
+        manager.claim(ctx)
+        if cached:
+            manager.alloc(ctx)
+            ctx.update(0)  # the prompt counts as processed: the next step is the new tokens
+            for _ in range(new_tokens - 1):
+                ctx.update(0)
+        manager.alloc(ctx)
+        kv_flat, _ = tree.flatten(manager.runtime_inputs([[ctx]]))
+        q = self._cast(self.rng.standard_normal((new_tokens, model.n_heads, model.head_dim)).astype(np.float32))
+        offs = self._buf(np.array([0, new_tokens], np.uint32))
+        systems = {s: self._call(self.graphs.attention(s, params, model.n_heads), [q, offs, *kv_flat])
+                   for s in ("crucible", "max")}
+        elem = 4 if self.target == "cpu" else 2
+        kv_bytes = 2.0 * total * model.n_kv * model.head_dim * elem
+        flops = 4.0 * new_tokens * model.n_heads * model.head_dim * (cached + (new_tokens + 1) / 2)
+        row = Row("attention_paged", model.name, {"new": new_tokens, "cached": cached, "Hq": model.n_heads,
+                                                  "Hkv": model.n_kv, "D": model.head_dim},
+                  "decode" if new_tokens == 1 else "prefill", str(self.float_dtype), self.target, flops, kv_bytes)
+        self.rows.append(row.fill(time_interleaved(systems)))
+        manager.release(ctx)
+
+    def _cast(self, a: np.ndarray):
+        """Host float32 array -> device buffer in the target's float dtype."""
+        if self.target == "cpu":
+            return self._buf(a.astype(np.float32))
+        from crucible.conformance.harness import round_bf16
+        from max.dtype import DType
+
+        bits = (round_bf16(a).view(np.uint32) >> 16).astype(np.uint16)
+        return self._buf(bits).view(DType.bfloat16)
+
+    def run(self, log=print) -> list[Row]:
+        self.probe()
+        log(f"read bandwidth {self.extra['read_bandwidth_gbps']:.1f} GB/s, "
+            f"execute overhead {self.extra['exec_overhead_us']:.1f} us")
+        models = [SMOLLM2] if self.quick else [SMOLLM2, LLAMA3_8B]
+        # The speed-target shapes first, so a quick run always has them.
+        for m, k, n in ((512, 1536, 1536), (1, 576, 1536), (1, 4096, 4096)):
+            self.matmul_rows(ModelShapes("target", k, 0, 0, 0, 0, 0), m, "target", k, n)
+        for m, k, n in ((1, 4096, 4096), (1, 576, 1536)):
+            self.qmatmul_rows(ModelShapes("target", k, 0, 0, 0, 0, 0), m, "target", k, n)
+        self.attention_rows(LLAMA3_8B, 1, 4096)
+        for model in models:
+            for m in M_VALUES:
+                for name, k, n in model.projections():
+                    if model is LLAMA3_8B and m == 512 and self.target == "cpu" and name == "gate_up":
+                        continue  # 120 GFLOP per call: minutes of CPU time for one row
+                    self.matmul_rows(model, m, name, k, n)
+                    self.qmatmul_rows(model, m, name, k, n)
+                self.elementwise_rows(model, m)
+                log(f"  {model.name} M={m} done ({len(self.rows)} rows)")
+            for cached in (512, 4096):
+                self.attention_rows(model, 1, cached)
+            for m in (64, 512):
+                self.attention_rows(model, m, 0)
+        return self.rows
+
+
+def check_targets(rows: list[Row], extra: dict[str, float], target: str) -> list[dict[str, object]]:
+    """The kernel issue's speed targets (CPU), each with the measured value and met / not met."""
+    if target != "cpu":
+        return []
+
+    def find(op, shape, variant_prefix="target"):
+        for r in rows:
+            if r.op == op and r.shape == shape and r.variant.startswith(variant_prefix):
+                yield r
+
+    out = []
+    bw = extra["read_bandwidth_gbps"]
+    for r in find("matmul", {"M": 512, "K": 1536, "N": 1536}):
+        out.append({"target": "fp32 matmul M=512 K=N=1536 >= 0.9x MAX", "value": r.ratios["max"], "need": 0.9})
+    for shape in ({"M": 1, "K": 576, "N": 1536}, {"M": 1, "K": 4096, "N": 4096}):
+        for r in find("matmul", shape):
+            out.append({"target": f"fp32 matmul M=1 K={shape['K']} N={shape['N']} >= 2x MAX",
+                        "value": r.ratios["max"], "need": 2.0})
+    for r in rows:
+        if r.op == "qmatmul" and r.variant.startswith("target") and r.variant.split(":")[1] in ("q4_0", "q4_1"):
+            q, s = r.variant.split(":")[1], r.shape
+            out.append({"target": f"{q} M=1 K={s['K']} N={s['N']} >= 60% of read bandwidth",
+                        "value": r.gbps["crucible"] / bw, "need": 0.6})
+            out.append({"target": f"{q} M=1 K={s['K']} N={s['N']} >= 3x our fp32 matmul",
+                        "value": r.ratios["crucible_fp32"], "need": 3.0})
+    for r in rows:
+        if r.op == "attention_paged" and r.shape.get("cached") == 4096 and r.shape["Hq"] == 32:
+            out.append({"target": "decode attention 4096 cached, 32/8 heads, D=128 >= 50% of read bandwidth",
+                        "value": r.gbps["crucible"] / bw, "need": 0.5})
+            break
+    for t in out:
+        t["met"] = bool(t["value"] >= t["need"])
+    return out
+
+
+def write_report(rows: list[Row], extra: dict[str, float], targets: list[dict[str, object]], versions: dict,
+                 out_dir: Path) -> Path:
+    """Writes kernels.json and kernels.png under out_dir (created); returns the JSON path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "kernels.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"versions": versions, "extra": extra, "targets": targets,
+                               "rows": [asdict(r) for r in rows]}, indent=1))
+    tmp.replace(path)
+    _plot(rows, out_dir / "kernels.png")
+    return path
+
+
+def _plot(rows: list[Row], png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r.op} {r.model} {r.variant} " + ",".join(f"{k}={v}" for k, v in r.shape.items()) for r in rows
+              if "max" in r.ratios or "max_fp32" in r.ratios]
+    ratios = [r.ratios.get("max", r.ratios.get("max_fp32")) for r in rows if "max" in r.ratios or "max_fp32" in r.ratios]
+    fig, ax = plt.subplots(figsize=(10, max(4, 0.18 * len(labels))))
+    ax.barh(range(len(labels)), ratios, color=["tab:green" if v >= 1 else "tab:red" for v in ratios])
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yticks(range(len(labels)), labels, fontsize=5)
+    ax.invert_yaxis()
+    ax.set_xlabel("speed-up over MAX's built-in (MAX time / Crucible time; >1 = Crucible faster)")
+    fig.tight_layout()
+    fig.savefig(png, dpi=130)
+    plt.close(fig)
+
+
+def format_table(rows: list[Row]) -> str:
+    """A fixed-width table: one line per row, ours first, then each baseline."""
+    lines = [f"{'op':<16}{'model':<14}{'variant':<18}{'shape':<34}{'system':<14}{'time us':>11}"
+             f"{'GFLOP/s':>10}{'GB/s':>9}{'speed-up':>9}"]
+    for r in rows:
+        shape = ",".join(f"{k}={v}" for k, v in r.shape.items())
+        for i, name in enumerate(r.times_us):
+            # speed-up = baseline time / Crucible time: > 1 means Crucible is faster.
+            ratio = "" if name == "crucible" else f"{r.ratios[name]:.2f}"
+            head = (f"{r.op:<16}{r.model:<14}{r.variant:<18}{shape:<34}") if i == 0 else " " * 82
+            lines.append(f"{head}{name:<14}{r.times_us[name]:>11.1f}{r.gflops[name]:>10.1f}{r.gbps[name]:>9.1f}{ratio:>9}")
+    return "\n".join(lines)

@@ -1,0 +1,40 @@
+"""Compiles every op's GPU branch for one GPU architecture with no GPU present (virtual device mode).
+
+Run as ``python -m crucible.conformance.gpu_compile --api cuda --arch sm_90a``: virtual-device settings
+are process-wide, so each architecture gets its own process. Compiles exactly the graphs the GPU
+conformance grid runs (checks.compile_all), every variant and dtype; runs nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--api", choices=["cuda", "hip"], required=True)
+    parser.add_argument("--arch", required=True, help="e.g. sm_90a, sm_80, gfx942")
+    args = parser.parse_args(argv)
+
+    from max import driver
+
+    driver.set_virtual_device_api(args.api)
+    driver.set_virtual_device_target_arch(args.arch)
+    driver.set_virtual_device_count(1)
+
+    from crucible.conformance.checks import compile_all
+    from crucible.conformance.harness import Harness
+
+    start = time.perf_counter()
+    h = Harness("gpu", compile_only=True)
+    graphs = compile_all(h)
+    print(json.dumps({"api": args.api, "arch": args.arch, "graphs": graphs,
+                      "seconds": round(time.perf_counter() - start, 1)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

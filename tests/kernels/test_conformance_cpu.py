@@ -1,0 +1,49 @@
+"""Every CPU kernel against its float64 reference over the conformance grid (crucible/conformance).
+
+Bounds are derived per op and dtype in crucible/conformance/checks.py; each case records its error as
+a ratio to its bound, so a failure message shows how far off it was.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from crucible.conformance import checks
+from crucible.conformance.harness import CaseResult, Harness
+
+
+def _assert_all_pass(results: list[CaseResult], min_cases: int) -> None:
+    assert len(results) >= min_cases, f"grid shrank: {len(results)} cases"
+    failed = [r for r in results if not r.passed]
+    assert not failed, "\n".join(f"{r.op}[{r.variant}] {r.shape}: err {r.max_err:.3g} > {r.bound:.3g}"
+                                 for r in failed)
+
+
+def test_matmul_all_variants(cpu_harness: Harness) -> None:
+    results = checks.check_matmul(cpu_harness, "float32", ("auto", "gemm", "gemv"))
+    # 6 M values x 5 (K, N) + 3 large shapes, three variants each.
+    _assert_all_pass(results, 3 * (6 * 5 + 3))
+
+
+@pytest.mark.parametrize("qtype", checks.QTYPES)
+def test_qmatmul(cpu_harness: Harness, qtype: str) -> None:
+    results = checks.check_qmatmul(cpu_harness, qtype)
+    _assert_all_pass(results, 6 * 4 + 2)
+    if qtype in ("q4_0", "q4_1"):
+        # The control case exists: a misread nibble order would have been caught.
+        assert any("misread-layout-is-detected" in r.variant for r in results)
+
+
+def test_rmsnorm_rope_silu(cpu_harness: Harness) -> None:
+    _assert_all_pass(checks.check_elementwise(cpu_harness, "float32"), 3 * 4)
+
+
+def test_embedding_every_table_format(cpu_harness: Harness) -> None:
+    _assert_all_pass(checks.check_embedding(cpu_harness), 5)
+
+
+def test_attention_ragged_and_paged(cpu_harness: Harness) -> None:
+    results = checks.check_attention(cpu_harness, "float32")
+    ops = {r.op for r in results}
+    assert ops == {"crucible.attention_ragged", "crucible.attention_paged", "crucible.kv_cache_write"}
+    _assert_all_pass(results, len(checks.ATTENTION_CASES) * 2)
