@@ -90,9 +90,10 @@ class KernelBench:
     Args:
         target: ``cpu`` or ``gpu``.
         quick: SmolLM2 shapes and the speed-target rows only.
+        block_s: Seconds per timing block (benchmarks/timing.py); smaller for short device leases.
     """
 
-    def __init__(self, target: Target, quick: bool = False) -> None:
+    def __init__(self, target: Target, quick: bool = False, block_s: float = 0.15) -> None:
         from max.driver import CPU, Accelerator
         from max.engine import InferenceSession
         from max.graph import DeviceRef
@@ -108,12 +109,17 @@ class KernelBench:
         self.rng = np.random.default_rng(0)
         self.rows: list[Row] = []
         self.extra: dict[str, float] = {}
+        self.block_s = block_s
+        self.skipped: list[str] = []
 
     # -- helpers -------------------------------------------------------------------------------
     def _buf(self, a: np.ndarray):
         from max.driver import Buffer
 
         return Buffer.from_numpy(np.ascontiguousarray(a)).to(self.device)
+
+    def _time(self, systems):
+        return time_interleaved(systems, block_s=self.block_s)
 
     def _sync(self) -> None:
         if self.target == "gpu":
@@ -156,7 +162,7 @@ class KernelBench:
         elem = 4 if self.target == "cpu" else 2
         row = Row("matmul", model.name, {"M": m, "K": k, "N": n}, name, str(dt), self.target,
                   2.0 * m * k * n, float(elem * (n * k + m * k + m * n)))
-        self.rows.append(row.fill(time_interleaved(systems)))
+        self.rows.append(row.fill(self._time(systems)))
 
     def qmatmul_rows(self, model: ModelShapes, m: int, name: str, k: int, n: int) -> None:
         from crucible.conformance.reference import dequantize, quantize
@@ -177,7 +183,7 @@ class KernelBench:
                 systems["numpy_fp32"] = lambda: x @ wd.T
             row = Row("qmatmul", model.name, {"M": m, "K": k, "N": n}, f"{name}:{qtype}", "float32",
                       self.target, 2.0 * m * k * n, float(n * k // 32 * BLOCK_BYTES[qtype] + 4 * (m * k + m * n)))
-            self.rows.append(row.fill(time_interleaved(systems)))
+            self.rows.append(row.fill(self._time(systems)))
 
     def elementwise_rows(self, model: ModelShapes, m: int) -> None:
         dt = self.float_dtype
@@ -187,13 +193,13 @@ class KernelBench:
         systems = {s: self._call(self.graphs.rmsnorm(s, dt), [x, w]) for s in ("crucible", "max")}
         elem = 4 if self.target == "cpu" else 2
         self.rows.append(Row("rmsnorm", model.name, {"M": m, "H": h}, "", str(dt), self.target, 4.0 * m * h,
-                             float(elem * 2 * m * h)).fill(time_interleaved(systems)))
+                             float(elem * 2 * m * h)).fill(self._time(systems)))
         gu_host = self.rng.standard_normal((m, 2 * i)).astype(np.float32)
         systems = {"crucible": self._call(self.graphs.silu_mul("crucible", dt), [self._cast(gu_host)]),
                    "max": self._call(self.graphs.silu_mul("max", dt),
                                      [self._cast(gu_host[:, :i].copy()), self._cast(gu_host[:, i:].copy())])}
         self.rows.append(Row("silu_mul", model.name, {"M": m, "I": i}, "", str(dt), self.target, 6.0 * m * i,
-                             float(elem * 3 * m * i)).fill(time_interleaved(systems)))
+                             float(elem * 3 * m * i)).fill(self._time(systems)))
         xr = self._cast(self.rng.standard_normal((m, model.n_heads, d)).astype(np.float32))
         offs = self._buf(np.array([0, m], np.uint32))
         start = self._buf(np.array([0], np.uint32))
@@ -204,10 +210,15 @@ class KernelBench:
                    "max": self._call(self.graphs.rope("max", dt, d), [xr, offs, start, self._buf(freqs)])}
         self.rows.append(Row("rope", model.name, {"M": m, "heads": model.n_heads, "D": d}, "half-split", str(dt),
                              self.target, 6.0 * m * model.n_heads * d / 2,
-                             float(elem * 2 * m * model.n_heads * d)).fill(time_interleaved(systems)))
+                             float(elem * 2 * m * model.n_heads * d)).fill(self._time(systems)))
 
     def attention_rows(self, model: ModelShapes, new_tokens: int, cached: int) -> None:
         """One sequence: `new_tokens` queries over `cached` + new keys, from MAX's paged cache."""
+        try:
+            import max.pipelines.kv_cache  # noqa: F401  (needs MAX's serving dependencies, e.g. pydantic)
+        except ImportError as exc:
+            self.skipped.append(f"attention rows: MAX's KV cache manager is not importable ({exc})")
+            return
         from max import tree
         from max.nn.kv_cache import MHAKVCacheParams
         from max.pipelines.context import TextContext, TokenBuffer
@@ -241,7 +252,7 @@ class KernelBench:
         row = Row("attention_paged", model.name, {"new": new_tokens, "cached": cached, "Hq": model.n_heads,
                                                   "Hkv": model.n_kv, "D": model.head_dim},
                   "decode" if new_tokens == 1 else "prefill", str(self.float_dtype), self.target, flops, kv_bytes)
-        self.rows.append(row.fill(time_interleaved(systems)))
+        self.rows.append(row.fill(self._time(systems)))
         manager.release(ctx)
 
     def _cast(self, a: np.ndarray):

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# GPU device check, run ON the lent GPU machine after the three MAX stage parts
+# (../shared/device/stage-max.sh) were copied to /tmp/stage, from the repository root, with the
+# prebuilt kernel package (build/) and the gguf wheel (.whl/) carried along. Writes to $OUT (or ./device-out).
+#   bash scripts/device_check.sh [--bench-only]
+# Learned on an H200 (2026-11-30): unzipped wheels keep their *.data/{purelib,platlib} folders, so
+# `import max` finds no max._core until those are merged into the site root; after that MAX finds its
+# compiler in the unpack and compiles and runs GPU graphs with a .mojoc built on the CPU machine.
+# MAX's KV cache manager needs pydantic, which that image lacks: the attention benchmark rows skip.
+set -euo pipefail
+out="${OUT:-device-out}"
+site=/tmp/stage/site
+if [[ ! -d "$site/max/_core" && ! -e "$site/max/_core.cpython-312-x86_64-linux-gnu.so" ]]; then
+  mkdir -p "$site"
+  cat /tmp/stage/max-site.tar.xz.part-* | xz -d -T0 | tar x -C "$site"
+  (cd "$site" && for d in *.data; do for sub in purelib platlib; do
+     [[ -d "$d/$sub" ]] && cp -a "$d/$sub/." . ; done; done)
+fi
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/extra .whl/*.whl
+export PYTHONPATH="$PWD:$site:/tmp/extra" MAX_SERVE_DISABLE_TELEMETRY=1 PYTHONUNBUFFERED=1
+export CRUCIBLE_PREBUILT_KERNELS="$(ls "$PWD"/build/kernels-*/crucible_kernels.mojoc | head -1)"
+python3 benchmarks/device_check.py "$out" "$@" 2>&1 | tee "$out/log.txt"
