@@ -1,0 +1,220 @@
+"""One frozen model configuration for the Llama family, read from a Hugging Face config.json or from GGUF
+metadata.
+
+Supported architectures: Llama (2, 3, SmolLM2, Mistral-style: no biases, optional llama3 rope scaling)
+and Qwen2 (q/k/v biases). Anything else is rejected by name, never guessed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from crucible.registry import ModelSource
+
+Arch = Literal["llama", "qwen2"]
+HF_ARCHITECTURES: dict[str, Arch] = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+}
+GGUF_ARCHITECTURES: dict[str, Arch] = {"llama": "llama", "qwen2": "qwen2"}
+
+
+class UnsupportedModelError(ValueError):
+    """The model's architecture, tensor type or feature is outside what Crucible supports."""
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """Llama 3 style frequency scaling (rope_scaling.rope_type == "llama3")."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Everything the graph builder needs about a model.
+
+    Attributes:
+        arch: "llama" or "qwen2".
+        vocab_size: Embedding rows.
+        hidden_size: Model width H.
+        intermediate_size: MLP width I.
+        num_layers: Decoder layers.
+        num_heads: Query heads Hq.
+        num_kv_heads: Key/value heads Hkv.
+        head_dim: D.
+        rope_theta: Rotary base.
+        rope_scaling: Llama 3 scaling or None.
+        rope_interleaved: True for GGUF Llama weights (llama.cpp permutes q/k rows to interleaved pairs).
+        rms_norm_eps: Norm epsilon.
+        tie_word_embeddings: lm_head shares the embedding.
+        qkv_bias: q/k/v projections have biases.
+        max_position_embeddings: Context length.
+        bos_token_id: Beginning-of-sequence id, if any.
+        eos_token_ids: End ids (the model's end-of-turn token among them).
+    """
+
+    arch: Arch
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float
+    rope_scaling: RopeScaling | None
+    rope_interleaved: bool
+    rms_norm_eps: float
+    tie_word_embeddings: bool
+    qkv_bias: bool
+    max_position_embeddings: int
+    bos_token_id: int | None
+    eos_token_ids: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if self.num_heads % self.num_kv_heads:
+            raise UnsupportedModelError(
+                f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
+        if self.head_dim not in (64, 128):
+            raise UnsupportedModelError(f"head_dim {self.head_dim} is not supported (64 or 128)")
+        if self.num_layers < 1 or self.hidden_size < 1:
+            raise UnsupportedModelError("a model needs at least one layer and a positive width")
+
+    def inv_freq(self) -> np.ndarray:
+        """[D/2] float32 inverse rotary frequencies, computed in float32 as transformers does."""
+        d = self.head_dim
+        exponent = np.arange(0, d, 2, dtype=np.int64).astype(np.float32) / np.float32(d)
+        inv = (np.float32(1.0) / np.power(np.float32(self.rope_theta), exponent)).astype(np.float32)
+        s = self.rope_scaling
+        if s is None:
+            return inv
+        # transformers' _compute_llama3_parameters.
+        low_wavelen = s.original_max_position_embeddings / s.low_freq_factor
+        high_wavelen = s.original_max_position_embeddings / s.high_freq_factor
+        wavelen = 2 * math.pi / inv
+        scaled = np.where(wavelen > low_wavelen, inv / s.factor, inv)
+        smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) / (
+            s.high_freq_factor - s.low_freq_factor)
+        smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled
+        medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+        return np.where(medium, smoothed, scaled).astype(np.float32)
+
+
+def _rope_scaling(raw: dict | None) -> RopeScaling | None:
+    if not raw:
+        return None
+    kind = raw.get("rope_type", raw.get("type"))
+    if kind in (None, "default"):
+        return None
+    if kind != "llama3":
+        raise UnsupportedModelError(f"rope scaling type {kind!r} is not supported (only llama3)")
+    return RopeScaling(float(raw["factor"]), float(raw["low_freq_factor"]), float(raw["high_freq_factor"]),
+                       int(raw["original_max_position_embeddings"]))
+
+
+def _eos_ids(value: object) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, int):
+        return (value,)
+    return tuple(int(v) for v in value)  # type: ignore[union-attr]
+
+
+def config_from_hf(folder: Path) -> ModelConfig:
+    """Reads config.json (and generation_config.json for end ids) of a Hugging Face folder."""
+    raw = json.loads((folder / "config.json").read_text())
+    archs = raw.get("architectures") or []
+    arch = HF_ARCHITECTURES.get(archs[0] if archs else "")
+    if arch is None:
+        raise UnsupportedModelError(
+            f"architecture {archs or raw.get('model_type')} is not supported; Crucible runs "
+            f"{', '.join(sorted(HF_ARCHITECTURES))}")
+    if arch == "llama" and (raw.get("attention_bias") or raw.get("mlp_bias")):
+        raise UnsupportedModelError("Llama with attention_bias/mlp_bias is not supported")
+    if raw.get("use_sliding_window") and raw.get("sliding_window"):
+        raise UnsupportedModelError("sliding-window attention is not supported")
+    eos = _eos_ids(raw.get("eos_token_id"))
+    gen = folder / "generation_config.json"
+    if gen.is_file():
+        eos = tuple(dict.fromkeys(eos + _eos_ids(json.loads(gen.read_text()).get("eos_token_id"))))
+    heads = int(raw["num_attention_heads"])
+    return ModelConfig(
+        arch=arch,
+        vocab_size=int(raw["vocab_size"]),
+        hidden_size=int(raw["hidden_size"]),
+        intermediate_size=int(raw["intermediate_size"]),
+        num_layers=int(raw["num_hidden_layers"]),
+        num_heads=heads,
+        num_kv_heads=int(raw.get("num_key_value_heads") or heads),
+        head_dim=int(raw.get("head_dim") or raw["hidden_size"] // heads),
+        rope_theta=float(raw.get("rope_theta", 10000.0)),
+        rope_scaling=_rope_scaling(raw.get("rope_scaling")),
+        rope_interleaved=False,
+        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        qkv_bias=arch == "qwen2",
+        max_position_embeddings=int(raw.get("max_position_embeddings", 4096)),
+        bos_token_id=raw.get("bos_token_id"),
+        eos_token_ids=eos,
+    )
+
+
+def config_from_gguf(reader) -> ModelConfig:
+    """Reads the `<arch>.*` and tokenizer keys of an open gguf.GGUFReader."""
+
+    def field(key: str, default: object = None) -> object:
+        f = reader.fields.get(key)
+        return default if f is None else f.contents()
+
+    arch_name = field("general.architecture")
+    arch = GGUF_ARCHITECTURES.get(str(arch_name))
+    if arch is None:
+        raise UnsupportedModelError(
+            f"GGUF architecture {arch_name!r} is not supported; Crucible runs {', '.join(GGUF_ARCHITECTURES)}")
+    p = str(arch_name)
+    names = {t.name for t in reader.tensors}
+    heads = int(field(f"{p}.attention.head_count"))
+    hidden = int(field(f"{p}.embedding_length"))
+    vocab = field(f"{p}.vocab_size") or len(field("tokenizer.ggml.tokens") or [])
+    if arch == "llama" and field(f"{p}.rope.scaling.type") not in (None, "none"):
+        raise UnsupportedModelError(f"GGUF rope scaling {field(f'{p}.rope.scaling.type')!r} is not supported")
+    return ModelConfig(
+        arch=arch,
+        vocab_size=int(vocab),
+        hidden_size=hidden,
+        intermediate_size=int(field(f"{p}.feed_forward_length")),
+        num_layers=int(field(f"{p}.block_count")),
+        num_heads=heads,
+        num_kv_heads=int(field(f"{p}.attention.head_count_kv", heads)),
+        head_dim=int(field(f"{p}.rope.dimension_count", hidden // heads)),
+        rope_theta=float(field(f"{p}.rope.freq_base", 10000.0)),
+        rope_scaling=None,
+        # llama.cpp's converter permutes Llama q/k rows to interleaved rotary pairs; Qwen2 stays NeoX.
+        rope_interleaved=arch == "llama",
+        rms_norm_eps=float(field(f"{p}.attention.layer_norm_rms_epsilon", 1e-6)),
+        tie_word_embeddings="output.weight" not in names,
+        qkv_bias="blk.0.attn_q.bias" in names,
+        max_position_embeddings=int(field(f"{p}.context_length", 4096)),
+        bos_token_id=field("tokenizer.ggml.bos_token_id"),
+        eos_token_ids=_eos_ids(field("tokenizer.ggml.eos_token_id")),
+    )
+
+
+def load_config(source: ModelSource) -> ModelConfig:
+    """The config of a resolved model source."""
+    if source.format == "hf":
+        return config_from_hf(source.path)
+    import gguf
+
+    return config_from_gguf(gguf.GGUFReader(str(source.path)))

@@ -1,0 +1,110 @@
+"""The Llama-family decoder as one max.graph whose hot path is Crucible's custom ops.
+
+Per layer: rmsnorm -> fused qkv projection (+ bias for Qwen2) -> rope on q and k -> K/V written into
+MAX's paged cache -> paged attention -> output projection -> residual -> rmsnorm -> fused gate|up
+projection -> silu_mul -> down projection -> residual. Then the final norm and the lm_head, only for
+the rows whose logits are wanted. Every matmul (float or GGUF blocks), attention, rmsnorm, rope and
+silu_mul is a crucible.* op; MAX built-ins only reshape, slice, gather and add.
+
+Graph inputs (symbolic dims in quotes):
+  tokens             ["total_seq_len"] int64      ragged batch of new tokens
+  input_row_offsets  ["row_offsets_len"] uint32   [B + 1] token offsets of the sequences
+  logit_rows         ["num_logits"] int64         rows of the batch to compute logits for
+  *kv inputs         MAX's paged KV cache inputs (MHAKVCacheParams.get_symbolic_inputs())
+Output: logits ["num_logits", vocab] float32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from max import tree
+from max.dtype import DType
+from max.graph import DeviceRef, Graph, TensorType, TensorValue, Weight, ops
+
+from graphs import kernel_ops as K
+from graphs.config import ModelConfig
+from graphs.weights import Linear, ModelWeights
+
+
+@dataclass
+class _WeightBinder:
+    """Creates graph Weights and collects the name -> array registry MAX loads them from."""
+
+    device: DeviceRef
+    registry: dict[str, np.ndarray]
+
+    def add(self, name: str, array: np.ndarray) -> TensorValue:
+        dtype = DType.uint8 if array.dtype == np.uint8 else DType.float32
+        self.registry[name] = array
+        return Weight(name, dtype, list(array.shape), device=self.device)
+
+    def linear(self, name: str, lin: Linear) -> tuple[Linear, TensorValue, TensorValue | None]:
+        w = self.add(name + ".weight", lin.data)
+        b = self.add(name + ".bias", lin.bias) if lin.bias is not None else None
+        return lin, w, b
+
+
+def _project(x: TensorValue, bound: tuple[Linear, TensorValue, TensorValue | None]) -> TensorValue:
+    # x: [T, K] -> [T, N]
+    lin, w, b = bound
+    y = K.matmul(x, w) if lin.qtype == "f32" else K.qmatmul(x, w, lin.n_out, lin.k_in, lin.qtype)
+    return y + b if b is not None else y
+
+
+def build_graph(cfg: ModelConfig, weights: ModelWeights, kv_params, device: DeviceRef,
+                kernels_path) -> tuple[Graph, dict[str, np.ndarray]]:
+    """Builds the decoder graph.
+
+    Args:
+        cfg: Model configuration.
+        weights: Weights in kernel form.
+        kv_params: MAX MHAKVCacheParams for the paged cache (float32, cfg's heads and layers).
+        device: Where the graph runs.
+        kernels_path: The prebuilt kernel package.
+
+    Returns:
+        The graph and the weights registry to load it with.
+    """
+    kv_flat, _ = tree.flatten(kv_params.get_symbolic_inputs())
+    input_types = [
+        TensorType(DType.int64, ["total_seq_len"], device=device),
+        TensorType(DType.uint32, ["row_offsets_len"], device=device),
+        TensorType(DType.int64, ["num_logits"], device=device),
+        *kv_flat,
+    ]
+    binder = _WeightBinder(device, {})
+    hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    with Graph("crucible_llama", input_types=input_types, custom_extensions=[kernels_path]) as graph:
+        tokens, offsets, logit_rows = (v.tensor for v in graph.inputs[:3])
+        kv = kv_params.unflatten_kv_inputs(iter(graph.inputs[3:]))[0]
+        inv_freq = ops.constant(cfg.inv_freq(), DType.float32, device=device)
+        emb = weights.embedding
+        emb_w = binder.add("embed.weight", emb.data)
+        h = K.embedding(tokens, emb_w, cfg.hidden_size, emb.qtype)  # [T, H]
+        n_tokens = h.shape[0]
+        for i, layer in enumerate(weights.layers):
+            p = f"layers.{i}."
+            x = K.rmsnorm(h, binder.add(p + "attn_norm", layer.attn_norm), cfg.rms_norm_eps)
+            qkv = _project(x, binder.linear(p + "qkv", layer.qkv))  # [T, (Hq + 2 Hkv) D]
+            q, k, v = ops.split(qkv, [hq * d, hkv * d, hkv * d], axis=1)
+            q = K.rope(ops.reshape(q, [n_tokens, hq, d]), inv_freq, offsets, kv.cache_lengths,
+                       cfg.rope_interleaved)
+            k = K.rope(ops.reshape(k, [n_tokens, hkv, d]), inv_freq, offsets, kv.cache_lengths,
+                       cfg.rope_interleaved)
+            K.kv_cache_write(kv.kv_blocks, k, ops.reshape(v, [n_tokens, hkv, d]), offsets,
+                             kv.cache_lengths, kv.lookup_table, i)
+            attn = K.attention_paged(q, kv.kv_blocks, offsets, kv.cache_lengths, kv.lookup_table, i)
+            h = h + _project(ops.reshape(attn, [n_tokens, hq * d]), binder.linear(p + "o_proj", layer.o_proj))
+            x = K.rmsnorm(h, binder.add(p + "ffn_norm", layer.ffn_norm), cfg.rms_norm_eps)
+            gu = _project(x, binder.linear(p + "gate_up", layer.gate_up))  # [T, 2I]
+            h = h + _project(K.silu_mul(gu), binder.linear(p + "down", layer.down))
+        h = K.rmsnorm(h, binder.add("final_norm", weights.final_norm), cfg.rms_norm_eps)
+        h_sel = ops.gather(h, logit_rows, axis=0)  # [num_logits, H]
+        if weights.lm_head is weights.embedding:
+            head = (emb, emb_w, None)
+        else:
+            head = binder.linear("lm_head", weights.lm_head)
+        graph.output(_project(h_sel, head))
+    return graph, binder.registry

@@ -1,0 +1,101 @@
+"""A compiled Crucible model: config, weights, graph and its provenance, ready to execute steps.
+
+One `execute` runs one ragged batch of new tokens through the decoder, reading and writing MAX's
+paged KV cache, and returns logits for the requested rows. Scheduling (which sequences, which tokens,
+cache pages) belongs to the caller: the pipeline (pipelines/) or the greedy helper (graphs/generate.py).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from crucible.kernel_build import kernel_package
+from crucible.registry import ModelSource, resolve_model
+from graphs.config import ModelConfig, load_config
+from graphs.llama import build_graph
+from graphs.provenance import OpRecord, graph_ops, summary
+from graphs.weights import ModelWeights, load_weights
+
+PAGE_SIZE = 128  # MAX's paged cache requires a multiple of 128
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """How to build and place a model.
+
+    Attributes:
+        device: "cpu" or "gpu".
+        page_size: KV cache page size in tokens (multiple of 128).
+    """
+
+    device: str = "cpu"
+    page_size: int = PAGE_SIZE
+
+    def __post_init__(self) -> None:
+        if self.device not in ("cpu", "gpu"):
+            raise ValueError(f"device must be cpu or gpu, got {self.device!r}")
+        if self.page_size % 128 or self.page_size <= 0:
+            raise ValueError("page_size must be a positive multiple of 128")
+
+
+class CrucibleModel:
+    """Loads a model (registry name, GGUF file or HF folder) and compiles its graph.
+
+    Args:
+        model: What to load.
+        options: Device and cache layout.
+        session: An InferenceSession to compile into (one is created if omitted).
+    """
+
+    def __init__(self, model: str | ModelSource, options: ModelOptions = ModelOptions(), session=None) -> None:
+        from max.driver import CPU, Accelerator
+        from max.dtype import DType
+        from max.engine import InferenceSession
+        from max.graph import DeviceRef
+        from max.nn.kv_cache import MHAKVCacheParams
+
+        self.source = model if isinstance(model, ModelSource) else resolve_model(model)
+        self.options = options
+        self.config: ModelConfig = load_config(self.source)
+        self.weights: ModelWeights = load_weights(self.source, self.config)
+        self.device = CPU() if options.device == "cpu" else Accelerator()
+        ref = DeviceRef.CPU() if options.device == "cpu" else DeviceRef.GPU()
+        self.kv_params = MHAKVCacheParams(
+            dtype=DType.float32, n_kv_heads=self.config.num_kv_heads, head_dim=self.config.head_dim,
+            num_layers=self.config.num_layers, page_size=options.page_size, devices=[ref],
+        )
+        self.kernels = kernel_package()
+        self.session = session or InferenceSession(devices=[self.device])
+        graph, registry = build_graph(self.config, self.weights, self.kv_params, ref, self.kernels.path)
+        self.ops: list[OpRecord] = graph_ops(graph)
+        start = time.perf_counter()
+        self.model = self.session.load(graph, weights_registry=registry)
+        self.compile_seconds = time.perf_counter() - start
+
+    @property
+    def provenance(self) -> dict[str, object]:
+        """Which kernels this model runs (ours or MAX's), on which target, from which kernel build."""
+        return {**summary(self.ops), "kernel_build": self.kernels.content_hash, "device": self.options.device}
+
+    def execute(self, tokens: np.ndarray, row_offsets: np.ndarray, logit_rows: np.ndarray,
+                kv_inputs: list) -> np.ndarray:
+        """Runs one step.
+
+        Args:
+            tokens: [T] int64 new tokens of all sequences, concatenated.
+            row_offsets: [B + 1] uint32.
+            logit_rows: [R] int64 rows (into tokens) whose next-token logits are wanted.
+            kv_inputs: Flattened runtime KV inputs (tree.flatten of the manager's runtime_inputs).
+
+        Returns:
+            [R, vocab] float32 logits.
+        """
+        from max.driver import CPU, Buffer
+
+        args = [Buffer.from_numpy(np.ascontiguousarray(a)).to(self.device)
+                for a in (tokens.astype(np.int64), row_offsets.astype(np.uint32), logit_rows.astype(np.int64))]
+        out = self.model.execute(*args, *kv_inputs)[0]
+        return out.to(CPU()).to_numpy()

@@ -1,0 +1,231 @@
+"""Model weights from Hugging Face safetensors or GGUF, in the form our kernels consume.
+
+- safetensors (fp32 or bf16): converted to float32 (MAX runs CPU graphs in float32).
+- GGUF: F32 tensors as float32; F16, Q8_0, Q4_0 and Q4_1 tensors stay as their raw block bytes
+  ([rows, row_bytes] uint8) and feed crucible.qmatmul / crucible.embedding directly, so the loaded
+  model stays near its file size. Any other tensor type is rejected by name.
+
+q/k/v are fused into one [(Hq + 2 Hkv) * D, H] projection and gate/up into one [2 I, H] projection
+(rows concatenated; for block formats that is a concatenation of byte rows), so a layer runs 4
+matmuls instead of 7.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from crucible.registry import ModelSource
+from graphs.config import ModelConfig, UnsupportedModelError
+
+GGUF_QTYPES = {"F16": "f16", "Q8_0": "q8_0", "Q4_0": "q4_0", "Q4_1": "q4_1"}
+
+
+@dataclass(frozen=True)
+class Linear:
+    """A linear layer's weight in kernel form.
+
+    Attributes:
+        qtype: "f32" (data [N, K] float32) or a block format (data [N, row_bytes] uint8).
+        data: The weight.
+        n_out: N.
+        k_in: K.
+        bias: [N] float32 or None.
+    """
+
+    qtype: str
+    data: np.ndarray
+    n_out: int
+    k_in: int
+    bias: np.ndarray | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes + (self.bias.nbytes if self.bias is not None else 0))
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    attn_norm: np.ndarray
+    qkv: Linear
+    o_proj: Linear
+    ffn_norm: np.ndarray
+    gate_up: Linear
+    down: Linear
+
+
+@dataclass(frozen=True)
+class ModelWeights:
+    """All weights; `embedding` doubles as lm_head when the model ties them."""
+
+    embedding: Linear
+    layers: tuple[LayerWeights, ...]
+    final_norm: np.ndarray
+    lm_head: Linear
+
+    @property
+    def nbytes(self) -> int:
+        total = self.embedding.nbytes + self.final_norm.nbytes
+        if self.lm_head is not self.embedding:
+            total += self.lm_head.nbytes
+        for layer in self.layers:
+            total += layer.attn_norm.nbytes + layer.ffn_norm.nbytes
+            total += sum(lin.nbytes for lin in (layer.qkv, layer.o_proj, layer.gate_up, layer.down))
+        return total
+
+
+def _fuse(parts: list[Linear]) -> Linear:
+    qtypes = {p.qtype for p in parts}
+    if len(qtypes) != 1:
+        # Mixed block formats cannot share one fused matmul; dequantizing would break "stays quantized".
+        raise UnsupportedModelError(f"fused projections need one tensor type, got {sorted(qtypes)}")
+    biases = [p.bias for p in parts]
+    bias = None
+    if any(b is not None for b in biases):
+        bias = np.concatenate([b if b is not None else np.zeros(p.n_out, np.float32)
+                               for b, p in zip(biases, parts)]).astype(np.float32)
+    return Linear(parts[0].qtype, np.ascontiguousarray(np.concatenate([p.data for p in parts], axis=0)),
+                  sum(p.n_out for p in parts), parts[0].k_in, bias)
+
+
+def _assemble(cfg: ModelConfig, get, get_linear) -> ModelWeights:
+    layers = []
+    for i in range(cfg.num_layers):
+        q, k, v = (get_linear(i, name) for name in ("q", "k", "v"))
+        layers.append(LayerWeights(
+            attn_norm=get(i, "attn_norm"),
+            qkv=_fuse([q, k, v]),
+            o_proj=get_linear(i, "o"),
+            ffn_norm=get(i, "ffn_norm"),
+            gate_up=_fuse([get_linear(i, "gate"), get_linear(i, "up")]),
+            down=get_linear(i, "down"),
+        ))
+    embedding = get_linear(None, "embed")
+    lm_head = embedding if cfg.tie_word_embeddings else get_linear(None, "lm_head")
+    return ModelWeights(embedding, tuple(layers), get(None, "final_norm"), lm_head)
+
+
+_HF_NAMES = {
+    "attn_norm": "input_layernorm.weight", "ffn_norm": "post_attention_layernorm.weight",
+    "q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
+    "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj",
+}
+
+
+def load_hf_weights(folder: Path, cfg: ModelConfig) -> ModelWeights:
+    """Reads every *.safetensors file of the folder (fp32 or bf16) into float32."""
+    from safetensors import safe_open
+
+    tensors: dict[str, np.ndarray] = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(path), framework="numpy") if _numpy_readable(path) else _torch_open(path) as f:
+            for name in f.keys():
+                tensors[name] = np.ascontiguousarray(_to_f32(f.get_tensor(name)))
+
+    def take(name: str) -> np.ndarray:
+        if name not in tensors:
+            raise UnsupportedModelError(f"weight {name!r} is missing from {folder}")
+        return tensors[name]
+
+    def get(layer: int | None, key: str) -> np.ndarray:
+        if layer is None:
+            return take("model.norm.weight")
+        return take(f"model.layers.{layer}.{_HF_NAMES[key]}")
+
+    def get_linear(layer: int | None, key: str) -> Linear:
+        if layer is None:
+            w = take("model.embed_tokens.weight" if key == "embed" else "lm_head.weight")
+            return Linear("f32", w, w.shape[0], w.shape[1])
+        prefix = f"model.layers.{layer}.{_HF_NAMES[key]}"
+        w = take(prefix + ".weight")
+        return Linear("f32", w, w.shape[0], w.shape[1], tensors.get(prefix + ".bias"))
+
+    return _assemble(cfg, get, get_linear)
+
+
+def _numpy_readable(path: Path) -> bool:
+    # numpy has no bfloat16: such files are read through torch (a test/benchmark dependency) instead.
+    import json
+    import struct
+
+    with path.open("rb") as f:
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    return all(v.get("dtype") != "BF16" for k, v in header.items() if k != "__metadata__")
+
+
+def _torch_open(path: Path):
+    try:
+        from safetensors import safe_open
+        import torch  # noqa: F401
+    except ImportError as exc:
+        raise UnsupportedModelError(f"{path} holds bfloat16 tensors; reading them needs torch "
+                                    "(pip install torch==2.13.0)") from exc
+    return safe_open(str(path), framework="pt")
+
+
+def _to_f32(t) -> np.ndarray:
+    if isinstance(t, np.ndarray):
+        return t.astype(np.float32, copy=False)
+    return t.float().numpy()
+
+
+_GGUF_NAMES = {
+    "attn_norm": "attn_norm", "ffn_norm": "ffn_norm", "q": "attn_q", "k": "attn_k", "v": "attn_v",
+    "o": "attn_output", "gate": "ffn_gate", "up": "ffn_up", "down": "ffn_down",
+}
+
+
+def load_gguf_weights(path: Path, cfg: ModelConfig) -> ModelWeights:
+    """Reads GGUF tensors; block formats stay raw bytes (memory-mapped by gguf.GGUFReader)."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+    tensors = {t.name: t for t in reader.tensors}
+
+    def take(name: str):
+        if name not in tensors:
+            raise UnsupportedModelError(f"tensor {name!r} is missing from {path}")
+        return tensors[name]
+
+    def as_float(name: str) -> np.ndarray:
+        t = take(name)
+        if t.tensor_type.name != "F32":
+            raise UnsupportedModelError(f"tensor {name} has type {t.tensor_type.name}; norms must be F32")
+        return np.asarray(t.data, dtype=np.float32).reshape(-1)
+
+    def get(layer: int | None, key: str) -> np.ndarray:
+        return as_float("output_norm.weight" if layer is None else f"blk.{layer}.{_GGUF_NAMES[key]}.weight")
+
+    def linear_from(name: str, bias_name: str | None) -> Linear:
+        t = take(name)
+        kind = t.tensor_type.name
+        k_in, n_out = (int(d) for d in t.shape[:2])  # GGUF lists dims innermost first
+        if kind == "F32":
+            data = np.ascontiguousarray(np.asarray(t.data, dtype=np.float32).reshape(n_out, k_in))
+            qtype = "f32"
+        elif kind in GGUF_QTYPES:
+            qtype = GGUF_QTYPES[kind]
+            data = np.ascontiguousarray(np.asarray(t.data).view(np.uint8).reshape(n_out, -1))
+        else:
+            raise UnsupportedModelError(
+                f"tensor {name} has GGUF type {kind}, which Crucible does not support "
+                f"(supported: F32, {', '.join(GGUF_QTYPES)})")
+        bias = as_float(bias_name) if bias_name and bias_name in tensors else None
+        return Linear(qtype, data, n_out, k_in, bias)
+
+    def get_linear(layer: int | None, key: str) -> Linear:
+        if layer is None:
+            return linear_from("token_embd.weight" if key == "embed" else "output.weight", None)
+        base = f"blk.{layer}.{_GGUF_NAMES[key]}"
+        return linear_from(base + ".weight", base + ".bias")
+
+    return _assemble(cfg, get, get_linear)
+
+
+def load_weights(source: ModelSource, cfg: ModelConfig) -> ModelWeights:
+    """Weights of a resolved model source in kernel form."""
+    if source.format == "hf":
+        return load_hf_weights(source.path, cfg)
+    return load_gguf_weights(source.path, cfg)
