@@ -1,12 +1,12 @@
 # The two commands of README.md. Each bootstraps .venv on first use (idempotent, instant when up to date).
-#   make serve            # the main job: the OpenAI-compatible server on the embedded SmolLM2 (ARGS=... to pass options)
+#   make generate         # the main job until the server lands: answer a prompt on the embedded SmolLM2
 #   make test             # the whole test suite (ARGS=... passed to pytest)
-.PHONY: serve generate test setup
+.PHONY: generate test setup
 ARGS ?=
 
-serve:
+generate:
 	@scripts/bootstrap.sh base
-	.venv/bin/crucible serve $(ARGS)
+	.venv/bin/crucible generate $(ARGS)
 
 test:
 	@scripts/bootstrap.sh test

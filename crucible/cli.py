@@ -38,6 +38,35 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Answers one chat message (or continues raw text) greedily on our kernels and prints timing."""
+    import time
+
+    from crucible.registry import resolve_model
+    from crucible.tokenizer import chat_prompt_ids, load_tokenizer
+    from graphs.generate import greedy_generate
+    from graphs.model import CrucibleModel, ModelOptions
+
+    source = resolve_model(args.model)
+    start = time.perf_counter()
+    model = CrucibleModel(source, ModelOptions(device=args.device))
+    tokenizer = load_tokenizer(source)
+    print(f"[crucible] loaded {source.name} ({source.format}) in {time.perf_counter() - start:.1f}s; "
+          f"kernels {model.provenance['kernel_build']}, hot-path fallbacks: "
+          f"{model.provenance['hot_path_fallbacks'] or 'none'}", file=sys.stderr)
+    if args.raw:
+        ids = list(tokenizer(args.prompt, add_special_tokens=False)["input_ids"])
+    else:
+        ids = chat_prompt_ids(tokenizer, [{"role": "user", "content": args.prompt}])
+    start = time.perf_counter()
+    out = greedy_generate(model, [ids], args.max_tokens, stop_ids=model.config.eos_token_ids)[0]
+    elapsed = time.perf_counter() - start
+    print(tokenizer.decode(out, skip_special_tokens=True))
+    print(f"[crucible] {len(ids)} prompt tokens, {len(out)} generated in {elapsed:.2f}s "
+          f"({len(out) / elapsed:.1f} tok/s end to end, greedy)", file=sys.stderr)
+    return 0
+
+
 def cmd_bench_kernels(args: argparse.Namespace) -> int:
     """Runs the kernel benchmark, prints the table and the speed targets, writes JSON and a PNG."""
     import os
@@ -69,6 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("models", help="list the models Crucible can load by name, and where they are")
     p.set_defaults(func=cmd_models)
+
+    p = sub.add_parser("generate", help="answer one prompt on the embedded model (or --model) with our kernels")
+    p.add_argument("prompt", nargs="?", default="What is the capital of France?")
+    p.add_argument("--model", default="smollm2-135m", help="registry name, .gguf file or HF folder")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--raw", action="store_true", help="continue the text as is (no chat template)")
+    p.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
+    p.set_defaults(func=cmd_generate)
 
     bench = sub.add_parser("bench", help="benchmarks (kernels; e2e and serve come with later issues)")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from crucible.registry import ModelSource, resolve_model
+from crucible.tokenizer import chat_prompt_ids, load_tokenizer
 
 try:
     import torch
@@ -54,7 +55,7 @@ class Reference:
     """
 
     def __init__(self, model: str | ModelSource, dtype: torch.dtype = torch.float32) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
         self.source = model if isinstance(model, ModelSource) else resolve_model(model)
         kwargs: dict[str, Any] = {}
@@ -62,7 +63,7 @@ class Reference:
         if self.source.format == "gguf":
             kwargs["gguf_file"] = self.source.path.name
             folder = self.source.path.parent
-        self.tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
+        self.tokenizer = load_tokenizer(self.source)
         self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kwargs)
         self.model.eval()
         self.dtype = dtype
@@ -81,8 +82,7 @@ class Reference:
 
     def chat_prompt_ids(self, messages: Sequence[Message]) -> list[int]:
         """Applies the model's chat template with the generation prompt and tokenizes."""
-        text = self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return chat_prompt_ids(self.tokenizer, messages)
 
     @torch.inference_mode()
     def logits(self, token_ids: Sequence[int]) -> np.ndarray:
