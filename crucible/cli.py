@@ -67,6 +67,25 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_batch(args: argparse.Namespace) -> int:
+    """Offline batch generation over a JSONL file (resumable; see pipelines/batch.py)."""
+    from pathlib import Path
+
+    from pipelines.batch import run_batch
+    from pipelines.generator import Generator
+
+    in_path, out_path = Path(args.input), Path(args.output)
+    if not in_path.is_file():
+        print(f"error: input file {in_path} does not exist", file=sys.stderr)
+        return 2
+    gen = Generator(args.model, device=args.device, max_batch_size=args.max_batch_size)
+    s = run_batch(gen, in_path, out_path, raw=args.raw)
+    print(f"[batch] {s.completed} rows generated, {s.errors} errors, {s.skipped} already done; "
+          f"{s.completion_tokens} tokens in {s.seconds:.1f}s "
+          f"({s.completion_tokens / max(s.seconds, 1e-9):.1f} output tok/s) -> {out_path}", file=sys.stderr)
+    return 0
+
+
 def cmd_bench_kernels(args: argparse.Namespace) -> int:
     """Runs the kernel benchmark, prints the table and the speed targets, writes JSON and a PNG."""
     import os
@@ -106,6 +125,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--raw", action="store_true", help="continue the text as is (no chat template)")
     p.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("batch", help="offline batch generation: JSONL prompts in, JSONL results out")
+    p.add_argument("input", help="JSONL: {\"prompt\": ...} or {\"messages\": [...]} per line, optional id")
+    p.add_argument("output", help="JSONL results; rerunning skips rows already there")
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
+    p.add_argument("--max-batch-size", type=int, default=32)
+    p.add_argument("--raw", action="store_true", help="prompts are raw text to continue (no chat template)")
+    p.set_defaults(func=cmd_batch)
 
     bench = sub.add_parser("bench", help="benchmarks (kernels; e2e and serve come with later issues)")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True)

@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
 from crucible.reference import Reference
 
 
-@pytest.fixture(scope="session")
-def smollm2_reference() -> Reference:
-    return Reference("smollm2-135m")
-
-
-def test_reference_answers_paris(smollm2_reference: Reference) -> None:
-    result = smollm2_reference.greedy_chat(
+def test_reference_answers_paris(smollm2_ref: Reference) -> None:
+    result = smollm2_ref.greedy_chat(
         [{"role": "user", "content": "What is the capital of France?"}], max_new_tokens=32
     )
     assert "Paris" in result.text, result.text
-    assert result.token_ids[-1] in smollm2_reference.eos_token_ids  # stopped at <|im_end|>
+    assert result.token_ids[-1] in smollm2_ref.eos_token_ids  # stopped at <|im_end|>
 
 
-def test_reference_logits_are_consistent_with_greedy(smollm2_reference: Reference) -> None:
-    ref = smollm2_reference
+def test_reference_logits_are_consistent_with_greedy(smollm2_ref: Reference) -> None:
+    ref = smollm2_ref
     prompt = ref.chat_prompt_ids([{"role": "user", "content": "Name a color."}])
     result = ref.greedy(prompt, max_new_tokens=6)
     logits = ref.logits(prompt + result.token_ids[:-1])

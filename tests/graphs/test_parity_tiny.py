@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from graphs.generate import full_logits, greedy_generate, incremental_logits
-from tests.graphs.conftest import FORMS
+from tests.conftest import FORMS
 
 PROMPT = [{"role": "user", "content": "What is the capital of France? Answer briefly."}]
 

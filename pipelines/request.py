@@ -1,0 +1,84 @@
+"""A generation request as the engine tracks it, and the output records it produces."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+
+from pipelines.sampling import SamplingParams
+
+_ids = itertools.count()
+
+
+class RequestState(Enum):
+    WAITING = "waiting"      # queued, holds no KV pages
+    RUNNING = "running"      # holds its pages; prefilling or decoding
+    FINISHED = "finished"    # pages released
+
+
+FinishReason = str  # "stop" (end token or stop string), "length", "abort", "error"
+
+
+@dataclass
+class Request:
+    """One sequence to generate.
+
+    Attributes:
+        request_id: Unique id (caller's or generated).
+        prompt_ids: Prompt token ids.
+        params: Sampling and stopping.
+        state: Lifecycle state.
+        prefilled: Prompt tokens already written to the KV cache.
+        output_ids: Generated token ids.
+        finish_reason: Set when finished.
+        arrival: perf_counter time of submission.
+        first_token_time: perf_counter time of the first generated token.
+    """
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    request_id: str = field(default_factory=lambda: f"req-{next(_ids)}")
+    state: RequestState = RequestState.WAITING
+    prefilled: int = 0
+    output_ids: list[int] = field(default_factory=list)
+    finish_reason: FinishReason | None = None
+    error: str | None = None
+    arrival: float = field(default_factory=time.perf_counter)
+    first_token_time: float | None = None
+    finish_time: float | None = None
+
+    @property
+    def max_total_tokens(self) -> int:
+        """Tokens this request may hold in the cache: the prompt plus every token it may generate."""
+        return len(self.prompt_ids) + self.params.max_tokens
+
+    @property
+    def in_prefill(self) -> bool:
+        return self.prefilled < len(self.prompt_ids)
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    """What one engine step produced for one request.
+
+    Attributes:
+        request_id: The request.
+        new_token_ids: Tokens generated this step (0 or 1).
+        text_delta: Text released this step.
+        finished: The request is done.
+        finish_reason: Why it finished.
+        prompt_tokens: Prompt length.
+        completion_tokens: Tokens generated so far.
+        error: Message when finish_reason is "error".
+    """
+
+    request_id: str
+    new_token_ids: tuple[int, ...]
+    text_delta: str
+    finished: bool
+    finish_reason: FinishReason | None
+    prompt_tokens: int
+    completion_tokens: int
+    error: str | None = None

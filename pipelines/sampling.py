@@ -1,0 +1,103 @@
+"""Sampling parameters as users give them to an OpenAI-style API, and the sampler that applies them.
+
+temperature 0 means greedy. top_k and top_p filter the distribution before drawing; a seed makes a
+request's draws reproducible (same seed, same prompt, same output), independent of what else is in
+the batch, because every request draws from its own generator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+DEFAULT_MAX_TOKENS = 512
+
+
+class SamplingError(ValueError):
+    """A sampling parameter outside its valid range (the message names the parameter)."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to pick tokens and when to stop.
+
+    Attributes:
+        temperature: 0 for greedy; otherwise logits are divided by it (0 < t <= 2).
+        top_p: Nucleus filtering, 0 < top_p <= 1.
+        top_k: Keep the k most likely tokens; 0 disables.
+        seed: Seed of this request's random generator (None: nondeterministic).
+        max_tokens: Generated tokens at most (>= 1).
+        stop: Strings that end generation; the text is cut before them.
+        stop_token_ids: Token ids that end generation (in addition to the model's end tokens).
+        ignore_eos: Keep generating past the model's end-of-turn token.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    stop: tuple[str, ...] = field(default_factory=tuple)
+    stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.temperature <= 2.0):
+            raise SamplingError("temperature", f"temperature must be in [0, 2], got {self.temperature}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise SamplingError("top_p", f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise SamplingError("top_k", f"top_k must be >= 0, got {self.top_k}")
+        if self.max_tokens < 1:
+            raise SamplingError("max_tokens", f"max_tokens must be >= 1, got {self.max_tokens}")
+        if len(self.stop) > 4 or any(not s for s in self.stop):
+            raise SamplingError("stop", "stop takes up to 4 non-empty strings")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1
+
+
+class Sampler:
+    """Draws one token per sequence from its logits, each sequence with its own generator."""
+
+    def __init__(self, params: SamplingParams) -> None:
+        self.params = params
+        self.rng = np.random.default_rng(params.seed)
+
+    def sample(self, logits: np.ndarray) -> int:
+        """Picks the next token from one row of logits [vocab]."""
+        p = self.params
+        if p.greedy:
+            return int(np.argmax(logits))
+        z = logits.astype(np.float64) / p.temperature
+        if p.top_k:
+            k = min(p.top_k, z.size)
+            kth = np.partition(z, -k)[-k]
+            z = np.where(z >= kth, z, -np.inf)
+        z = z - z.max()
+        probs = np.exp(z)
+        probs /= probs.sum()
+        if p.top_p < 1.0:
+            order = np.argsort(-probs, kind="stable")
+            cum = np.cumsum(probs[order])
+            keep = order[: int(np.searchsorted(cum, p.top_p) + 1)]
+            mask = np.zeros_like(probs, dtype=bool)
+            mask[keep] = True
+            probs = np.where(mask, probs, 0.0)
+            probs /= probs.sum()
+        return int(self.rng.choice(probs.size, p=probs))
+
+
+def stop_ids_for(params: SamplingParams, model_eos: Sequence[int]) -> frozenset[int]:
+    """Token ids that end a request: its stop_token_ids plus the model's end tokens unless ignored."""
+    ids = set(params.stop_token_ids)
+    if not params.ignore_eos:
+        ids.update(model_eos)
+    return frozenset(ids)
