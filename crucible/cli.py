@@ -86,6 +86,19 @@ def cmd_batch(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Serves the model over an OpenAI-compatible HTTP API."""
+    from serve.app import ServerConfig
+    from serve.server import run_server
+
+    config = ServerConfig(model=args.model, served_name=args.served_model_name, device=args.devices,
+                          max_batch_size=args.max_batch_size, max_in_flight=args.max_queue,
+                          max_body_bytes=args.max_body_bytes, api_key=args.api_key, kv_cache_gib=args.kv_cache_gib)
+    print(f"[crucible] serving {args.model} on http://{args.host}:{args.port} (loading; GET /health)", file=sys.stderr)
+    run_server(config, host=args.host, port=args.port)
+    return 0
+
+
 def cmd_bench_kernels(args: argparse.Namespace) -> int:
     """Runs the kernel benchmark, prints the table and the speed targets, writes JSON and a PNG."""
     import os
@@ -125,6 +138,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--raw", action="store_true", help="continue the text as is (no chat template)")
     p.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (default: embedded SmolLM2 on 127.0.0.1:8000)")
+    p.add_argument("--model", default="smollm2-135m", help="registry name, .gguf file or HF folder")
+    p.add_argument("--served-model-name", default=None, help="model id clients use (default: --model)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (loopback unless told otherwise)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--devices", choices=["cpu", "gpu"], default="cpu")
+    p.add_argument("--max-batch-size", type=int, default=32, help="requests decoded together")
+    p.add_argument("--max-queue", type=int, default=256, help="requests admitted at once; more get 429")
+    p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="larger request bodies get 413")
+    p.add_argument("--kv-cache-gib", type=float, default=1.0, help="memory for the paged KV cache")
+    p.add_argument("--api-key", default=None, help="require Authorization: Bearer <key> (or $CRUCIBLE_API_KEY)")
+    p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("batch", help="offline batch generation: JSONL prompts in, JSONL results out")
     p.add_argument("input", help="JSONL: {\"prompt\": ...} or {\"messages\": [...]} per line, optional id")

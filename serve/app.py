@@ -1,0 +1,296 @@
+"""The OpenAI-compatible HTTP API (FastAPI) over the Crucible engine.
+
+Routes: POST /v1/chat/completions, POST /v1/completions (streaming or not), GET /v1/models,
+GET /health (503 while the model loads), GET /metrics (Prometheus text).
+Every generation response carries `system_fingerprint` and an `X-Crucible-Kernels` header naming the
+kernel build, the device and any hot-path fallback to a MAX built-in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+
+from serve.engine_bridge import EngineBridge, QueueFull
+from serve.metrics import Metrics
+from serve.protocol import APIError, full_response, new_id, parse_request, stream_chunk, usage
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Server settings.
+
+    Attributes:
+        model: Registry name, .gguf file or HF folder.
+        served_name: The model id clients use (default: the registry name or the file/folder name).
+        device: "cpu" or "gpu".
+        max_batch_size: Requests decoded together.
+        max_in_flight: Requests admitted at once before 429.
+        max_body_bytes: Largest request body before 413.
+        api_key: When set, /v1/* needs "Authorization: Bearer <key>".
+        kv_cache_gib: KV cache memory.
+    """
+
+    model: str = "smollm2-135m"
+    served_name: str | None = None
+    device: str = "cpu"
+    max_batch_size: int = 32
+    max_in_flight: int = 256
+    max_body_bytes: int = 1 << 20
+    api_key: str | None = None
+    kv_cache_gib: float = 1.0
+
+
+@dataclass
+class ServerState:
+    config: ServerConfig
+    metrics: Metrics = field(default_factory=Metrics)
+    bridge: EngineBridge | None = None
+    model_name: str = ""
+    fingerprint: str = ""
+    kernels_header: str = ""
+    load_error: str | None = None
+    started: float = field(default_factory=time.time)
+
+    @property
+    def ready(self) -> bool:
+        return self.bridge is not None
+
+
+def _make_engine(cfg: ServerConfig):
+    from pipelines.engine import EngineConfig, LLMEngine
+
+    return LLMEngine(EngineConfig(model=cfg.model, device=cfg.device, max_batch_size=cfg.max_batch_size,
+                                  max_step_tokens=max(512, cfg.max_batch_size), kv_cache_gib=cfg.kv_cache_gib))
+
+
+def _load(state: ServerState) -> None:
+    """Loads the model and starts the engine thread (runs in a background thread at startup)."""
+    try:
+        from pathlib import Path
+
+        from max._mlir_context import ensure_default_mlir_context
+
+        cfg = state.config
+        # MAX's MLIR context is thread-local: enter it in this loader thread to build graphs here.
+        with ensure_default_mlir_context():
+            engine = _make_engine(cfg)
+        prov = engine.model.provenance
+        name = cfg.served_name or (Path(cfg.model).name if Path(cfg.model).exists() else cfg.model)
+        fallbacks = ",".join(prov["hot_path_fallbacks"]) or "none"
+        state.model_name = name
+        state.fingerprint = f"crucible-{prov['kernel_build']}-{prov['device']}"
+        state.kernels_header = f"build={prov['kernel_build']}; device={prov['device']}; ops=crucible; fallbacks={fallbacks}"
+        state.bridge = EngineBridge(engine, cfg.max_in_flight)
+    except Exception as exc:  # noqa: BLE001 - reported by /health
+        state.load_error = f"{exc!r}\n{traceback.format_exc()}"
+
+
+def create_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI:
+    """Builds the app; the model loads in a background thread so /health answers during loading."""
+    state = ServerState(config)
+    app = FastAPI(title="Crucible", docs_url=None, redoc_url=None)
+    app.state.crucible = state
+
+    @app.on_event("startup")
+    async def _startup() -> None:
+        if load_in_background:
+            threading.Thread(target=_load, args=(state,), daemon=True).start()
+        else:
+            _load(state)
+
+    @app.on_event("shutdown")
+    async def _shutdown() -> None:
+        if state.bridge is not None:
+            state.bridge.shutdown()
+
+    def error_response(err: APIError) -> JSONResponse:
+        return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        path = request.url.path
+        try:
+            if path.startswith("/v1/"):
+                if config.api_key and request.headers.get("authorization") != f"Bearer {config.api_key}":
+                    raise APIError(401, "invalid or missing API key (Authorization: Bearer <key>)",
+                                   code="invalid_api_key")
+                length = request.headers.get("content-length")
+                if length is not None and int(length) > config.max_body_bytes:
+                    raise APIError(413, f"request body over {config.max_body_bytes} bytes", code="body_too_large")
+                if not state.ready:
+                    raise APIError(503, "the model is still loading" if state.load_error is None
+                                   else "the model failed to load", code="model_not_ready", type_="server_error",
+                                   headers={"Retry-After": "2"})
+            response = await call_next(request)
+        except APIError as err:
+            response = error_response(err)
+        except Exception as exc:  # noqa: BLE001 - never leak a stack trace as a 500 body
+            response = error_response(APIError(500, f"internal error: {exc}", type_="server_error"))
+        if path.startswith("/v1/"):
+            state.metrics.request(path, response.status_code)
+        return response
+
+    async def read_json(request: Request) -> object:
+        body = await request.body()
+        if len(body) > config.max_body_bytes:
+            raise APIError(413, f"request body over {config.max_body_bytes} bytes", code="body_too_large")
+        try:
+            return json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise APIError(400, f"malformed JSON body: {exc}", code="invalid_json") from exc
+
+    async def generate(request: Request, kind: str) -> Response:
+        bridge = state.bridge
+        engine = bridge.engine
+        limit = engine.scheduler.config.max_seq_len
+        req = parse_request(await read_json(request), kind, limit)
+        if req.model not in (state.model_name, config.model):
+            raise APIError(404, f"the model '{req.model}' does not exist; this server serves '{state.model_name}'",
+                           param="model", code="model_not_found")
+        tok = engine.tokenizer
+        if req.kind == "chat":
+            from crucible.tokenizer import chat_prompt_ids
+
+            ids = chat_prompt_ids(tok, req.messages)
+        else:
+            ids = list(tok(req.prompt, add_special_tokens=False)["input_ids"])
+        if len(ids) >= limit:
+            raise APIError(400, f"the prompt has {len(ids)} tokens; this model's context is {limit}",
+                           param="messages" if kind == "chat" else "prompt", code="context_length_exceeded")
+        params = req.params
+        room = limit - len(ids)
+        if req.max_tokens_given and params.max_tokens > room:
+            raise APIError(400, f"max_tokens={params.max_tokens} plus the prompt's {len(ids)} tokens exceeds the "
+                           f"context of {limit}", param="max_tokens", code="context_length_exceeded")
+        if not req.max_tokens_given:
+            from dataclasses import replace
+
+            params = replace(params, max_tokens=min(params.max_tokens, room))
+        try:
+            engine_req, queue = bridge.submit(ids, params)
+        except QueueFull:
+            raise APIError(429, "too many requests in flight; retry shortly", code="rate_limit_exceeded",
+                           type_="rate_limit_error", headers={"Retry-After": "1"}) from None
+        except ValueError as exc:
+            raise APIError(400, str(exc), code="invalid_value") from exc
+        rid = new_id(kind)
+        headers = {"X-Crucible-Kernels": state.kernels_header}
+        start = time.perf_counter()
+        if req.stream:
+            return StreamingResponse(_stream(request, req, rid, engine_req, queue, start), media_type="text/event-stream",
+                                     headers=headers)
+        parts, out = [], None
+        try:
+            while True:
+                out = await queue.get()
+                parts.append(out.text_delta)
+                if out.finished:
+                    break
+        except asyncio.CancelledError:
+            bridge.abort(engine_req.request_id)
+            raise
+        if out.finish_reason == "error":
+            raise APIError(500, out.error or "generation failed", type_="server_error")
+        _record(engine_req, out)
+        body = full_response(req, rid, state.model_name, "".join(parts), out.finish_reason, out.prompt_tokens,
+                             out.completion_tokens, state.fingerprint)
+        return JSONResponse(body, headers=headers)
+
+    def _record(engine_req, out) -> None:
+        state.metrics.tokens(out.prompt_tokens, out.completion_tokens)
+        if engine_req.first_token_time is not None:
+            state.metrics.ttft(engine_req.first_token_time - engine_req.arrival)
+
+    async def _stream(request: Request, req, rid: str, engine_req, queue: asyncio.Queue, start: float):
+        bridge = state.bridge
+        finished = False
+        try:
+            yield _sse(stream_chunk(req, rid, state.model_name, "" if req.kind == "completion" else None, None,
+                                    state.fingerprint, first=True))
+            while True:
+                try:
+                    out = await asyncio.wait_for(queue.get(), timeout=1.0)
+                except asyncio.TimeoutError:
+                    if await request.is_disconnected():
+                        return
+                    continue
+                if out.finished:
+                    finished = True
+                    if out.text_delta:
+                        yield _sse(stream_chunk(req, rid, state.model_name, out.text_delta, None, state.fingerprint))
+                    reason = out.finish_reason if out.finish_reason in ("stop", "length") else "stop"
+                    if out.finish_reason == "error":
+                        yield _sse({"error": {"message": out.error, "type": "server_error", "param": None,
+                                              "code": None}})
+                    else:
+                        yield _sse(stream_chunk(req, rid, state.model_name, None, reason, state.fingerprint))
+                    _record(engine_req, out)
+                    if req.include_usage:
+                        chunk = stream_chunk(req, rid, state.model_name, None, None, state.fingerprint)
+                        chunk["choices"] = []
+                        chunk["usage"] = usage(out.prompt_tokens, out.completion_tokens)
+                        yield _sse(chunk)
+                    yield "data: [DONE]\n\n"
+                    return
+                if out.text_delta:
+                    yield _sse(stream_chunk(req, rid, state.model_name, out.text_delta, None, state.fingerprint))
+        finally:
+            # Client gone (or any exit before the end): stop the generation and free its KV pages.
+            if not finished:
+                bridge.abort(engine_req.request_id)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        try:
+            return await generate(request, "chat")
+        except APIError as err:
+            return error_response(err)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        try:
+            return await generate(request, "completion")
+        except APIError as err:
+            return error_response(err)
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        return JSONResponse({"object": "list", "data": [
+            {"id": state.model_name, "object": "model", "created": int(state.started), "owned_by": "crucible"}]})
+
+    @app.get("/health")
+    async def health() -> Response:
+        if state.load_error is not None:
+            return JSONResponse({"status": "error", "error": state.load_error.splitlines()[0]}, status_code=500)
+        if not state.ready:
+            return JSONResponse({"status": "loading"}, status_code=503)
+        return JSONResponse({"status": "ok", "model": state.model_name, "kernels": state.kernels_header})
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        gauges: dict[str, float] = {"crucible_ready": 1.0 if state.ready else 0.0}
+        if state.bridge is not None:
+            engine = state.bridge.engine
+            gauges.update({
+                "crucible_requests_in_flight": state.bridge.in_flight,
+                "crucible_queue_depth": engine.queue_depth(),
+                "crucible_running_requests": len(engine.scheduler.running),
+                "crucible_kv_cache_pages_used": engine.kv_pages_in_use(),
+                "crucible_kv_cache_pages_total": engine.kv_pages_total(),
+                "crucible_kv_cache_usage_ratio": engine.kv_pages_in_use() / max(1, engine.kv_pages_total()),
+            })
+        return PlainTextResponse(state.metrics.render(gauges), media_type="text/plain; version=0.0.4")
+
+    return app
+
+
+def _sse(obj: dict) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"

@@ -1,0 +1,203 @@
+"""OpenAI request validation and response shapes, independent of the web framework (testable alone).
+
+Requests are parsed from the raw JSON body so every malformed input becomes an OpenAI-style error
+(`{"error": {"message", "type", "param", "code"}}`) with a 4xx status, never a 500.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from pipelines.sampling import DEFAULT_MAX_TOKENS, SamplingError, SamplingParams
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+class APIError(Exception):
+    """An error the API reports to the client in OpenAI's shape."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 type_: str = "invalid_request_error", headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.type = status, message, param, code, type_
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """A validated chat or completion request.
+
+    Attributes:
+        kind: "chat" or "completion".
+        model: The model name the client asked for.
+        messages: Chat messages (chat) or None.
+        prompt: Raw prompt text (completion) or None.
+        params: Sampling; max_tokens None means "up to the context" (resolved once the prompt is tokenized).
+        max_tokens_given: Whether the client set max_tokens.
+        stream: Server-sent events.
+        include_usage: stream_options.include_usage.
+    """
+
+    kind: str
+    model: str
+    messages: list[dict[str, str]] | None
+    prompt: str | None
+    params: SamplingParams
+    max_tokens_given: bool
+    stream: bool
+    include_usage: bool
+
+
+def _type_error(param: str, expected: str) -> APIError:
+    return APIError(400, f"'{param}' must be {expected}", param=param, code="invalid_type")
+
+
+def _number(body: dict, name: str, default: float | None, lo: float, hi: float) -> float | None:
+    if name not in body or body[name] is None:
+        return default
+    v = body[name]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _type_error(name, "a number")
+    if not lo <= v <= hi:
+        raise APIError(400, f"'{name}' must be between {lo} and {hi}, got {v}", param=name, code="invalid_value")
+    return float(v)
+
+
+def _int(body: dict, name: str, default: int | None, lo: int, hi: int) -> int | None:
+    if name not in body or body[name] is None:
+        return default
+    v = body[name]
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _type_error(name, "an integer")
+    if not lo <= v <= hi:
+        raise APIError(400, f"'{name}' must be between {lo} and {hi}, got {v}", param=name, code="invalid_value")
+    return v
+
+
+def parse_request(body: Any, kind: str, max_context: int) -> GenerationRequest:
+    """Validates a /v1/chat/completions (kind "chat") or /v1/completions (kind "completion") body.
+
+    Raises:
+        APIError: 400 with the offending parameter named.
+    """
+    if not isinstance(body, dict):
+        raise APIError(400, "the request body must be a JSON object", code="invalid_json")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise APIError(400, "'model' is required and must be a string", param="model", code="invalid_type")
+    messages = prompt = None
+    if kind == "chat":
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise APIError(400, "'messages' must be a non-empty array", param="messages", code="invalid_value")
+        clean = []
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict):
+                raise _type_error(f"messages[{i}]", "an object")
+            role, content = m.get("role"), m.get("content")
+            if role not in ROLES:
+                raise APIError(400, f"messages[{i}].role must be one of {', '.join(ROLES)}, got {role!r}",
+                               param=f"messages[{i}].role", code="invalid_value")
+            if isinstance(content, list):  # OpenAI content parts: only text is supported
+                if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                           for p in content):
+                    raise APIError(400, f"messages[{i}].content: only text parts are supported",
+                                   param=f"messages[{i}].content", code="invalid_value")
+                content = "".join(p["text"] for p in content)
+            if not isinstance(content, str):
+                raise _type_error(f"messages[{i}].content", "a string")
+            clean.append({"role": role, "content": content})
+        messages = clean
+    else:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if not isinstance(prompt, str) or not prompt:
+            raise APIError(400, "'prompt' must be a non-empty string", param="prompt", code="invalid_value")
+        if body.get("echo"):
+            raise APIError(400, "'echo' is not supported", param="echo", code="unsupported")
+    n = _int(body, "n", 1, 1, 128)
+    if n != 1:
+        raise APIError(400, "only n=1 is supported", param="n", code="unsupported")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise _type_error("stream", "a boolean")
+    opts = body.get("stream_options") or {}
+    if not isinstance(opts, dict):
+        raise _type_error("stream_options", "an object")
+    stop = body.get("stop")
+    if stop is None:
+        stop = ()
+    elif isinstance(stop, str):
+        stop = (stop,)
+    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        stop = tuple(stop)
+    else:
+        raise _type_error("stop", "a string or an array of strings")
+    max_tokens = _int(body, "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens",
+                      None, 1, max_context)
+    top_p = _number(body, "top_p", 1.0, 0.0, 1.0)
+    if top_p == 0:
+        raise APIError(400, "'top_p' must be greater than 0", param="top_p", code="invalid_value")
+    try:
+        params = SamplingParams(
+            temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
+            top_p=top_p,
+            top_k=_int(body, "top_k", 0, 0, 1_000_000),
+            seed=_int(body, "seed", None, -(2**63), 2**63 - 1),
+            max_tokens=max_tokens or DEFAULT_MAX_TOKENS,
+            stop=stop,
+            ignore_eos=bool(body.get("ignore_eos", False)),
+        )
+    except SamplingError as exc:
+        raise APIError(400, str(exc), param=exc.param, code="invalid_value") from exc
+    return GenerationRequest(kind, model, messages, prompt, params, max_tokens is not None, stream,
+                             bool(opts.get("include_usage", False)))
+
+
+def new_id(kind: str) -> str:
+    return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def full_response(req: GenerationRequest, rid: str, model: str, text: str, finish_reason: str,
+                  prompt_tokens: int, completion_tokens: int, fingerprint: str) -> dict[str, Any]:
+    """A non-streaming chat.completion or text_completion object."""
+    reason = "stop" if finish_reason == "stop" else "length" if finish_reason == "length" else finish_reason
+    if req.kind == "chat":
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason,
+                  "logprobs": None}
+        obj = "chat.completion"
+    else:
+        choice = {"index": 0, "text": text, "finish_reason": reason, "logprobs": None}
+        obj = "text_completion"
+    return {"id": rid, "object": obj, "created": int(time.time()), "model": model, "choices": [choice],
+            "usage": usage(prompt_tokens, completion_tokens), "system_fingerprint": fingerprint}
+
+
+def stream_chunk(req: GenerationRequest, rid: str, model: str, text: str | None, finish_reason: str | None,
+                 fingerprint: str, first: bool = False) -> dict[str, Any]:
+    """One SSE chunk (chat.completion.chunk or text_completion)."""
+    if req.kind == "chat":
+        delta: dict[str, Any] = {}
+        if first:
+            delta["role"] = "assistant"
+        if text:
+            delta["content"] = text
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+        obj = "chat.completion.chunk"
+    else:
+        choice = {"index": 0, "text": text or "", "finish_reason": finish_reason, "logprobs": None}
+        obj = "text_completion"
+    return {"id": rid, "object": obj, "created": int(time.time()), "model": model, "choices": [choice],
+            "system_fingerprint": fingerprint}

@@ -1,0 +1,132 @@
+"""The server through the official openai client: chat, streaming, completions, models, every error."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+PROMPT = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def _client(server, key: str | None = "unused") -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.v1, api_key=key or "none", max_retries=0, timeout=120)
+
+
+def _model(server) -> str:
+    return _client(server).models.list().data[0].id
+
+
+def test_models_lists_the_served_model(server) -> None:
+    models = _client(server).models.list().data
+    assert [m.id for m in models] == ["tiny-llama-Q4_0.gguf"]
+
+
+def test_chat_plain_reports_usage_and_kernels(server) -> None:
+    client = _client(server)
+    raw = client.chat.completions.with_raw_response.create(model=_model(server), messages=PROMPT, temperature=0,
+                                                           max_tokens=8)
+    resp = raw.parse()
+    assert resp.object == "chat.completion"
+    assert resp.choices[0].message.role == "assistant" and resp.choices[0].message.content
+    assert resp.choices[0].finish_reason in ("stop", "length")
+    assert resp.usage.completion_tokens <= 8 and resp.usage.prompt_tokens > 5
+    assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens
+    assert resp.system_fingerprint.startswith("crucible-")
+    assert "fallbacks=none" in raw.headers["x-crucible-kernels"]
+
+
+def test_chat_streaming_equals_plain(server) -> None:
+    client = _client(server)
+    plain = client.chat.completions.create(model=_model(server), messages=PROMPT, temperature=0, max_tokens=12)
+    chunks = list(client.chat.completions.create(model=_model(server), messages=PROMPT, temperature=0, max_tokens=12,
+                                                 stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == plain.choices[0].message.content
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == plain.choices[0].finish_reason
+    assert chunks[-1].usage.completion_tokens == plain.usage.completion_tokens
+
+
+def test_completions_plain_and_streaming(server) -> None:
+    client = _client(server)
+    plain = client.completions.create(model=_model(server), prompt="The capital of France", temperature=0, max_tokens=6)
+    assert plain.object == "text_completion" and plain.usage.completion_tokens >= 1
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model=_model(server), prompt="The capital of France", temperature=0, max_tokens=6, stream=True) if c.choices)
+    assert streamed == plain.choices[0].text
+
+
+def test_stop_seed_and_temperature(server) -> None:
+    client = _client(server)
+    kw = dict(model=_model(server), messages=PROMPT, max_tokens=10)
+    a = client.chat.completions.create(temperature=0.9, seed=5, **kw).choices[0].message.content
+    b = client.chat.completions.create(temperature=0.9, seed=5, **kw).choices[0].message.content
+    assert a == b
+    full = client.chat.completions.create(temperature=0, **kw).choices[0].message.content
+    if len(full) > 4:
+        stop = full[2:4]
+        cut = client.chat.completions.create(temperature=0, stop=[stop], **kw)
+        assert cut.choices[0].message.content == full[: full.index(stop)]
+        assert cut.choices[0].finish_reason == "stop"
+
+
+@pytest.mark.parametrize("kwargs,status,param", [
+    (dict(model="no-such-model", messages=PROMPT), 404, "model"),
+    (dict(messages=[]), 400, "messages"),
+    (dict(messages=[{"role": "wizard", "content": "hi"}]), 400, "messages[0].role"),
+    (dict(messages=[{"role": "user", "content": 5}]), 400, "messages[0].content"),
+    (dict(messages=PROMPT, temperature="hot"), 400, "temperature"),
+    (dict(messages=PROMPT, max_tokens=-5), 400, "max_tokens"),
+    (dict(messages=PROMPT, max_tokens=10**9), 400, "max_tokens"),
+    (dict(messages=PROMPT, top_p=1.5), 400, "top_p"),
+    (dict(messages=[{"role": "user", "content": "word " * 3000}]), 400, "messages"),
+])
+def test_bad_requests_get_openai_errors(server, kwargs, status: int, param: str) -> None:
+    kwargs = {"model": _model(server), **kwargs}
+    with pytest.raises(openai.APIStatusError) as err:
+        _client(server).chat.completions.create(**kwargs)
+    assert err.value.status_code == status
+    body = err.value.body
+    assert body["param"] == param and body["message"] and body["type"]
+
+
+def test_malformed_json_and_missing_fields(server) -> None:
+    r = httpx.post(server.v1 + "/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+    r = httpx.post(server.v1 + "/chat/completions", json={"messages": PROMPT})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "model"
+    r = httpx.post(server.v1 + "/completions", json={"model": "tiny-llama-Q4_0.gguf"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
+
+
+def test_auth_on(guarded_server) -> None:
+    with pytest.raises(openai.AuthenticationError) as err:
+        _client(guarded_server, key="wrong").models.list()
+    assert err.value.status_code == 401 and err.value.body["code"] == "invalid_api_key"
+    assert httpx.get(guarded_server.v1 + "/models").status_code == 401
+    assert httpx.get(guarded_server.base_url + "/health").status_code == 200  # health stays open
+    ok = _client(guarded_server, key="sesame").chat.completions.create(
+        model="tiny-llama-Q4_0.gguf", messages=PROMPT, temperature=0, max_tokens=3)
+    assert ok.choices[0].message.content is not None
+
+
+def test_body_limit_and_backpressure(guarded_server) -> None:
+    headers = {"Authorization": "Bearer sesame"}
+    big = {"model": "tiny-llama-Q4_0.gguf", "messages": [{"role": "user", "content": "x" * 40000}]}
+    r = httpx.post(guarded_server.v1 + "/chat/completions", json=big, headers=headers)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
+
+    import concurrent.futures as cf
+
+    def one(_):
+        return httpx.post(guarded_server.v1 + "/chat/completions", headers=headers, timeout=300, json={
+            "model": "tiny-llama-Q4_0.gguf", "messages": PROMPT, "max_tokens": 300, "ignore_eos": True,
+            "temperature": 0})
+
+    with cf.ThreadPoolExecutor(12) as pool:
+        responses = list(pool.map(one, range(12)))
+    codes = sorted(r.status_code for r in responses)
+    assert 429 in codes and 200 in codes and set(codes) <= {200, 429}
+    limited = next(r for r in responses if r.status_code == 429)
+    assert limited.headers["retry-after"] == "1" and limited.json()["error"]["type"] == "rate_limit_error"
