@@ -1,12 +1,12 @@
 # The two commands of README.md. Each bootstraps .venv on first use (idempotent, instant when up to date).
-#   make generate         # the main job until the server lands: answer a prompt on the embedded SmolLM2
+#   make serve            # the main job: the OpenAI-compatible server on the embedded SmolLM2 (ARGS=... for options)
 #   make test             # the whole test suite (ARGS=... passed to pytest)
-.PHONY: generate test setup
+.PHONY: serve test setup
 ARGS ?=
 
-generate:
+serve:
 	@scripts/bootstrap.sh base
-	.venv/bin/crucible generate $(ARGS)
+	.venv/bin/crucible serve $(ARGS)
 
 test:
 	@scripts/bootstrap.sh test

@@ -99,6 +99,37 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_serve(args: argparse.Namespace) -> int:
+    """Load-tests an OpenAI-compatible server (ours spawned, or any running one) and prints the table."""
+    from pathlib import Path
+
+    from benchmarks.serve_load import format_results, run_load, write_json
+    from crucible.versions import version_matrix
+
+    levels = [int(c) for c in args.levels.split(",")]
+    spawned = None
+    url, model = args.url, args.model
+    if url is None:
+        from serve.launch import start_server
+
+        spawned = start_server(args.model, "--max-batch-size", str(max(levels)), "--max-queue", str(4 * max(levels)))
+        url = spawned.base_url
+    try:
+        results = run_load(url, args.served_name or model, levels, args.max_requests, args.max_seconds,
+                           args.max_tokens, args.api_key)
+    finally:
+        if spawned is not None:
+            from serve.launch import stop_server
+
+            stop_server(spawned)
+    print(format_results(args.system, results))
+    out = Path(args.out) / "serve.json"
+    write_json(out, args.system, results, {"url": url, "model": model, "versions": version_matrix("cpu"),
+                                           "max_tokens": args.max_tokens})
+    print(f"wrote {out}")
+    return 0
+
+
 def cmd_bench_kernels(args: argparse.Namespace) -> int:
     """Runs the kernel benchmark, prints the table and the speed targets, writes JSON and a PNG."""
     import os
@@ -168,6 +199,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="bench-out", help="folder for kernels.json and kernels.png")
     p.add_argument("--quick", action="store_true", help="SmolLM2 shapes and the speed-target rows only")
     p.set_defaults(func=cmd_bench_kernels)
+    p = bench_sub.add_parser("serve", help="load-test an OpenAI-compatible server (spawns ours unless --url)")
+    p.add_argument("--url", default=None, help="root URL of a running server (loopback); default: spawn crucible")
+    p.add_argument("--model", default="smollm2-135m", help="model to spawn / to request")
+    p.add_argument("--served-name", default=None, help="model id to request if it differs from --model")
+    p.add_argument("--system", default="crucible", help="label for the results")
+    p.add_argument("--levels", default="1,4,16,64", help="concurrency levels")
+    p.add_argument("--max-requests", type=int, default=64, help="requests per level at most")
+    p.add_argument("--max-seconds", type=float, default=120.0, help="seconds per level at most")
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--api-key", default=None)
+    p.add_argument("--out", default="bench-out")
+    p.set_defaults(func=cmd_bench_serve)
     return parser
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from tests.serve.conftest import start_server, stop_server
+from serve.launch import start_server, stop_server
 
 
 @pytest.mark.slow
