@@ -16,6 +16,7 @@ from max.gpu.primitives.warp import max as warp_max, shuffle_idx, sum as warp_su
 
 from .common import F32, Ptr
 from .kv_layout import KVView
+from .rope import sequence_of
 
 comptime WARPS = 4
 comptime MAX_D = 256
@@ -39,16 +40,7 @@ def _attention_kernel[dtype: DType, D: Int](
     var w = tid // WS
     var hq = Int(Hq)
     var g = h // (hq // Int(Hkv))
-    # The sequence of ragged token t (binary search of the offsets).
-    var lo = 0
-    var hi = Int(B) - 1
-    while lo < hi:
-        var mid = (lo + hi + 1) // 2
-        if Int(offsets[unsafe_offset=mid]) <= t:
-            lo = mid
-        else:
-            hi = mid - 1
-    var b = lo
+    var b = sequence_of(t, offsets, Int(B))
     var seq_start = Int(offsets[unsafe_offset=b])
     var pos = (Int(cache_lens[unsafe_offset=b]) if has_cache != 0 else 0) + t - seq_start
     var scale = Float32(1.0) / sqrt(Float32(D))

@@ -12,7 +12,7 @@ from max.gpu.host import DeviceContext
 
 from .common import Ptr, ceil_div
 from .kv_layout import KVView
-from .rope import position_of
+from .rope import sequence_of
 
 comptime MutableInputTensor = ManagedTensorSlice[io_spec=IOSpec[True, IO.Input](), ...]
 
@@ -32,17 +32,10 @@ def _write_kernel[dtype: DType](
     var d = idx % d_
     var g = (idx // d_) % h_
     var t = idx // (d_ * h_)
-    var j = position_of(t, offsets, lens, Int(B))
-    var lo = 0
-    var hi = Int(B) - 1
-    while lo < hi:
-        var mid = (lo + hi + 1) // 2
-        if Int(offsets[unsafe_offset=mid]) <= t:
-            lo = mid
-        else:
-            hi = mid - 1
-    kv.key(lo, 0, j, g)[unsafe_offset=d] = k[unsafe_offset=idx]
-    kv.value(lo, 0, j, g)[unsafe_offset=d] = v[unsafe_offset=idx]
+    var b = sequence_of(t, offsets, Int(B))
+    var j = Int(lens[unsafe_offset=b]) + t - Int(offsets[unsafe_offset=b])
+    kv.key(b, 0, j, g)[unsafe_offset=d] = k[unsafe_offset=idx]
+    kv.value(b, 0, j, g)[unsafe_offset=d] = v[unsafe_offset=idx]
 
 
 @extensibility.register("crucible.kv_cache_write")

@@ -18,8 +18,8 @@ from .common import F32, Ptr, ceil_div, cpu_threads, parallel_for
 
 
 @always_inline
-def position_of(t: Int, offsets: Ptr[DType.uint32], start: Ptr[DType.uint32], B: Int) -> Int:
-    """Position of ragged token t: binary search of its sequence in offsets[0..B]."""
+def sequence_of(t: Int, offsets: Ptr[DType.uint32], B: Int) -> Int:
+    """The sequence b of ragged token t: binary search for offsets[b] <= t < offsets[b + 1]."""
     var lo = 0
     var hi = B - 1
     while lo < hi:
@@ -28,7 +28,14 @@ def position_of(t: Int, offsets: Ptr[DType.uint32], start: Ptr[DType.uint32], B:
             lo = mid
         else:
             hi = mid - 1
-    return Int(start[unsafe_offset=lo]) + t - Int(offsets[unsafe_offset=lo])
+    return lo
+
+
+@always_inline
+def position_of(t: Int, offsets: Ptr[DType.uint32], start: Ptr[DType.uint32], B: Int) -> Int:
+    """Position of ragged token t in its sequence, counting the start[b] tokens already cached."""
+    var b = sequence_of(t, offsets, B)
+    return Int(start[unsafe_offset=b]) + t - Int(offsets[unsafe_offset=b])
 
 
 @always_inline
