@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -242,14 +242,13 @@ class _Live:
 
 @dataclass
 class EngineStats:
+    """Counters since the engine started."""
+
     steps: int = 0
     step_seconds: float = 0.0
     prompt_tokens: int = 0
     generated_tokens: int = 0
-    finished: dict | None = None
-
-    def __post_init__(self) -> None:
-        self.finished = {}
+    finished: dict[str, int] = field(default_factory=dict)  # finish reason -> count
 
 
 def _request_id():

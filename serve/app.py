@@ -183,9 +183,8 @@ def create_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI
             raise APIError(400, str(exc), code="invalid_value") from exc
         rid = new_id(kind)
         headers = {"X-Crucible-Kernels": state.kernels_header}
-        start = time.perf_counter()
         if req.stream:
-            return StreamingResponse(_stream(request, req, rid, engine_req, queue, start), media_type="text/event-stream",
+            return StreamingResponse(_stream(request, req, rid, engine_req, queue), media_type="text/event-stream",
                                      headers=headers)
         parts, out = [], None
         try:
@@ -209,7 +208,7 @@ def create_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI
         if engine_req.first_token_time is not None:
             state.metrics.ttft(engine_req.first_token_time - engine_req.arrival)
 
-    async def _stream(request: Request, req, rid: str, engine_req, queue: asyncio.Queue, start: float):
+    async def _stream(request: Request, req, rid: str, engine_req, queue: asyncio.Queue):
         bridge = state.bridge
         finished = False
         try:
