@@ -11,31 +11,8 @@ from max.gpu import global_idx
 from max.gpu.host import DeviceContext
 from std.utils.numerics import nan
 
-from .common import BytePtr, F32, Ptr, ceil_div, load_f16_as_f32
-from .quant import HALF, QBLOCK, block_bytes, decode_block
-
-
-@always_inline
-def _gpu_value[qtype: StaticString](row: BytePtr, i: Int) -> Float32:
-    comptime bb = block_bytes[qtype]()
-    var blk = row.unsafe_offset((i // QBLOCK) * bb)
-    var j = i % QBLOCK
-    comptime if qtype == "f32":
-        return row.bitcast[Float32]()[unsafe_offset=i]
-    elif qtype == "f16":
-        return load_f16_as_f32(row.unsafe_offset(2 * i))
-    elif qtype == "q8_0":
-        var q = Int(blk[unsafe_offset=2 + j])
-        return load_f16_as_f32(blk) * Float32(q - 256 if q > 127 else q)
-    elif qtype == "q4_0":
-        var q = Int(blk[unsafe_offset=2 + (j % 16)])
-        return load_f16_as_f32(blk) * Float32(((q & 0xF) if j < 16 else (q >> 4)) - 8)
-    elif qtype == "q4_1":
-        var q = Int(blk[unsafe_offset=4 + (j % 16)])
-        return load_f16_as_f32(blk) * Float32((q & 0xF) if j < 16 else (q >> 4)) + load_f16_as_f32(blk.unsafe_offset(2))
-    else:
-        comptime assert False, "unknown qtype"
-        return 0
+from .common import BytePtr, F32, Ptr, ceil_div
+from .quant import HALF, QBLOCK, block_bytes, decode_block, decode_value
 
 
 def _embedding_kernel[dtype: DType, qtype: StaticString](
@@ -52,7 +29,7 @@ def _embedding_kernel[dtype: DType, qtype: StaticString](
         y[unsafe_offset=idx] = nan[dtype]()
         return
     var row = table.unsafe_offset(tok * Int(row_bytes))
-    y[unsafe_offset=idx] = _gpu_value[qtype](row, i).cast[dtype]()
+    y[unsafe_offset=idx] = decode_value[qtype](row, i).cast[dtype]()
 
 
 @extensibility.register("crucible.embedding")

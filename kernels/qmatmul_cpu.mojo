@@ -2,7 +2,7 @@
 #
 #   qgemv  M <= 8 (decode). Memory-bound on the quantized bytes: R weight rows are streamed together,
 #          each block decoded once in registers. For M = 1 the block's scale multiplies the combined
-#          products (dot_block); for M > 1 the block is decoded to floats once and reused by all rows.
+#          products (Q4: per-block offset via x's block sums; Q8_0/F16: dot_block); for M > 1 the block is decoded to floats once and reused by all rows.
 #   gemm   M > 8 (prefill). The fp32 GEMM of matmul_cpu.mojo with a packing step that decodes blocks
 #          into the KC x NR micro-panel; the float weights never exist beyond that panel.
 

@@ -9,37 +9,11 @@ from max.gpu import WARP_SIZE, block_idx, lane_id, thread_idx
 from max.gpu.host import DeviceContext
 from max.gpu.primitives.warp import sum as warp_sum
 
-from .common import BytePtr, F32, Ptr, ceil_div, load_f16_as_f32
-from .quant import QBLOCK, block_bytes
+from .common import BytePtr, F32, Ptr, ceil_div
+from .quant import QBLOCK, block_bytes, decode_value
 
 comptime MGROUP = 8       # x rows per warp
 comptime WARPS = 4        # weight rows (warps) per block
-
-
-@always_inline
-def _f16_at(p: BytePtr, off: Int) -> Float32:
-    return load_f16_as_f32(p.unsafe_offset(off))
-
-
-@always_inline
-def _value[qtype: StaticString](blk: BytePtr, i: Int) -> Float32:
-    # Value i (0..31) of the block at blk.
-    comptime if qtype == "q4_0":
-        var q = Int(blk[unsafe_offset=2 + (i % 16)])
-        var nib = (q & 0xF) if i < 16 else (q >> 4)
-        return _f16_at(blk, 0) * Float32(nib - 8)
-    elif qtype == "q4_1":
-        var q = Int(blk[unsafe_offset=4 + (i % 16)])
-        var nib = (q & 0xF) if i < 16 else (q >> 4)
-        return _f16_at(blk, 0) * Float32(nib) + _f16_at(blk, 2)
-    elif qtype == "q8_0":
-        var q = Int(blk[unsafe_offset=2 + i])
-        return _f16_at(blk, 0) * Float32(q - 256 if q > 127 else q)
-    elif qtype == "f16":
-        return _f16_at(blk, 2 * i)
-    else:
-        comptime assert False, "unknown qtype"
-        return 0
 
 
 def _qmatmul_kernel[dtype: DType, qtype: StaticString](
@@ -61,7 +35,7 @@ def _qmatmul_kernel[dtype: DType, qtype: StaticString](
     while b < nblocks:
         var blk = row.unsafe_offset(b * bb)
         for i in range(QBLOCK):
-            var v = _value[qtype](blk, i)
+            var v = decode_value[qtype](blk, i)
             var k = b * QBLOCK + i
             comptime for m in range(MGROUP):
                 if m < rows:

@@ -70,22 +70,10 @@ def decode_block[qtype: StaticString](blk: BytePtr) -> Tuple[SIMD[F32, HALF], SI
 def dot_block[qtype: StaticString](blk: BytePtr, x0: SIMD[F32, HALF], x1: SIMD[F32, HALF]) -> SIMD[F32, HALF]:
     """Lane-wise partial products of one block with x (sum the lanes for the dot product).
 
-    For the integer formats the scale is applied once per block to the combined products instead of
-    to every weight: one multiply instead of two, the decode-path saving that matters at M = 1.
+    For Q8_0 the scale is applied once per block to the combined products instead of to every weight.
+    (Q4_0/Q4_1 decode rows take their own path in qmatmul_cpu.mojo, with the offset term per block.)
     """
-    comptime if qtype == "q4_0":
-        var q = blk.unsafe_offset(2).unsafe_load[width=HALF](0)
-        var lo = ((q & 0xF).cast[DType.int8]() - 8).cast[F32]()
-        var hi = ((q >> 4).cast[DType.int8]() - 8).cast[F32]()
-        return hi.fma(x1, lo * x0) * load_f16_as_f32(blk)
-    elif qtype == "q4_1":
-        # d * (q . x) + m * sum(x): the m term needs sum(x), folded here per block.
-        var q = blk.unsafe_offset(4).unsafe_load[width=HALF](0)
-        var lo = (q & 0xF).cast[F32]()
-        var hi = (q >> 4).cast[F32]()
-        var dq = hi.fma(x1, lo * x0) * load_f16_as_f32(blk)
-        return (x0 + x1).fma(SIMD[F32, HALF](load_f16_as_f32(blk.unsafe_offset(2))), dq)
-    elif qtype == "q8_0":
+    comptime if qtype == "q8_0":
         var q0 = blk.unsafe_offset(2).unsafe_load[width=HALF](0)
         var q1 = blk.unsafe_offset(2 + HALF).unsafe_load[width=HALF](0)
         var lo = bitcast[DType.int8, HALF](q0).cast[F32]()
@@ -94,3 +82,28 @@ def dot_block[qtype: StaticString](blk: BytePtr, x0: SIMD[F32, HALF], x1: SIMD[F
     else:
         var w = decode_block[qtype](blk)
         return w[1].fma(x1, w[0] * x0)
+
+
+@always_inline
+def decode_value[qtype: StaticString](row: BytePtr, i: Int) -> Float32:
+    """Value i of a row stored in `qtype` ("f32" or a block format), one scalar at a time (GPU kernels)."""
+    comptime if qtype == "f32":
+        return row.bitcast[Float32]()[unsafe_offset=i]
+    elif qtype == "f16":
+        return load_f16_as_f32(row.unsafe_offset(2 * i))
+    else:
+        var blk = row.unsafe_offset((i // QBLOCK) * block_bytes[qtype]())
+        var j = i % QBLOCK
+        comptime if qtype == "q8_0":
+            var q = Int(blk[unsafe_offset=2 + j])
+            return load_f16_as_f32(blk) * Float32(q - 256 if q > 127 else q)
+        elif qtype == "q4_0":
+            var q = Int(blk[unsafe_offset=2 + (j % 16)])
+            return load_f16_as_f32(blk) * Float32(((q & 0xF) if j < 16 else (q >> 4)) - 8)
+        elif qtype == "q4_1":
+            var q = Int(blk[unsafe_offset=4 + (j % 16)])
+            return load_f16_as_f32(blk) * Float32((q & 0xF) if j < 16 else (q >> 4)) + load_f16_as_f32(
+                blk.unsafe_offset(2))
+        else:
+            comptime assert False, "unknown qtype"
+            return 0
