@@ -45,10 +45,25 @@ class KernelBuild:
     mojo_version: str
 
 
+def _max_site_packages() -> list[Path]:
+    import importlib.util
+
+    spec = importlib.util.find_spec("max")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return [Path(p).parent for p in spec.submodule_search_locations]
+
+
 def _mojo_binary() -> str:
-    local = Path(sys.executable).parent / "mojo"
-    if local.exists():
-        return str(local)
+    # Beside the interpreter (a venv's bin/), then beside the environment MAX is installed in: a
+    # process MAX spawns (its serve model worker) runs the interpreter on PATH instead of the venv's,
+    # with the venv's site-packages only on sys.path. Then PATH.
+    candidates = [Path(sys.executable).parent / "mojo"]
+    for site in _max_site_packages():
+        candidates.append(site.parents[2] / "bin" / "mojo")  # <prefix>/lib/pythonX.Y/site-packages
+    for local in candidates:
+        if local.exists():
+            return str(local)
     found = shutil.which("mojo")
     if found is None:
         raise KernelBuildError("the `mojo` compiler is not installed (pip install modular==26.7.0)")

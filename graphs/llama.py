@@ -10,13 +10,16 @@ Graph inputs (symbolic dims in quotes):
   tokens             ["total_seq_len"] int64      ragged batch of new tokens
   input_row_offsets  ["row_offsets_len"] uint32   [B + 1] token offsets of the sequences
   logit_rows         ["num_logits"] int64         rows of the batch to compute logits for
-  *kv inputs         MAX's paged KV cache inputs (MHAKVCacheParams.get_symbolic_inputs())
+    (or, with logits="last_token", MAX's return_n_logits [1] int64: its pipeline's input order; the
+     rows are then each sequence's last token, computed in the graph, and num_logits = B)
+  *kv inputs         MAX's paged KV cache inputs (kv_params.get_symbolic_inputs())
 Output: logits ["num_logits", vocab] float32.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from max import tree
@@ -53,8 +56,18 @@ def _project(x: TensorValue, bound: tuple[Linear, TensorValue, TensorValue | Non
     return y + b if b is not None else y
 
 
+def _single_device_kv(unflattened):
+    """The one device's PagedCacheValues, whether the params hand back a list or a tree of them."""
+    from max.nn.kv_cache import KVCacheInputsPerDevice
+
+    leaves = tree.leaves(unflattened, leaf=KVCacheInputsPerDevice)
+    if len(leaves) != 1:
+        raise ValueError(f"Crucible's graph runs on one device and one KV cache; got {len(leaves)}")
+    return leaves[0]
+
+
 def build_graph(cfg: ModelConfig, weights: ModelWeights, kv_params, device: DeviceRef,
-                kernels_path) -> tuple[Graph, dict[str, np.ndarray]]:
+                kernels_path, logits: Literal["rows", "last_token"] = "rows") -> tuple[Graph, dict[str, np.ndarray]]:
     """Builds the decoder graph.
 
     Args:
@@ -63,22 +76,31 @@ def build_graph(cfg: ModelConfig, weights: ModelWeights, kv_params, device: Devi
         kv_params: MAX MHAKVCacheParams for the paged cache (float32, cfg's heads and layers).
         device: Where the graph runs.
         kernels_path: The prebuilt kernel package.
+        logits: "rows" takes the rows to compute logits for as the third input (our engine);
+            "last_token" takes MAX's return_n_logits there and returns each sequence's last row
+            (MAX's pipeline with ReturnLogits.LAST_TOKEN).
 
     Returns:
         The graph and the weights registry to load it with.
     """
+    if logits not in ("rows", "last_token"):
+        raise ValueError(f"logits must be 'rows' or 'last_token', got {logits!r}")
     kv_flat, _ = tree.flatten(kv_params.get_symbolic_inputs())
     input_types = [
         TensorType(DType.int64, ["total_seq_len"], device=device),
         TensorType(DType.uint32, ["row_offsets_len"], device=device),
-        TensorType(DType.int64, ["num_logits"], device=device),
+        TensorType(DType.int64, ["num_logits"] if logits == "rows" else [1], device=device),
         *kv_flat,
     ]
     binder = _WeightBinder(device, {})
     hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     with Graph("crucible_llama", input_types=input_types, custom_extensions=[kernels_path]) as graph:
         tokens, offsets, logit_rows = (v.tensor for v in graph.inputs[:3])
-        kv = kv_params.unflatten_kv_inputs(iter(graph.inputs[3:]))[0]
+        if logits == "last_token":
+            # row_offsets: [B + 1]; the last token of sequence b is row offsets[b + 1] - 1.
+            ends = ops.cast(offsets[1:], DType.int64)
+            logit_rows = ends - ops.constant(1, DType.int64, device=device)
+        kv = _single_device_kv(kv_params.unflatten_kv_inputs(iter(graph.inputs[3:])))
         inv_freq = ops.constant(cfg.inv_freq(), DType.float32, device=device)
         emb = weights.embedding
         emb_w = binder.add("embed.weight", emb.data)
