@@ -93,9 +93,10 @@ async def _one(client, cfg: LoadConfig, prompt: str) -> RequestTiming:
 
     t = RequestTiming()
     body = {"model": cfg.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": cfg.max_tokens,
-            "stream": True, "temperature": 0.0}
+            "stream": True, "temperature": 0.0, "stream_options": {"include_usage": True}}
     headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
     start = last = time.perf_counter()
+    chunks, usage_tokens = 0, None
     try:
         # A fresh connection per request (llama-server closes streamed connections).
         async with httpx.AsyncClient(timeout=600) as fresh:
@@ -107,6 +108,8 @@ async def _one(client, cfg: LoadConfig, prompt: str) -> RequestTiming:
                     if not line.startswith("data: ") or line == "data: [DONE]":
                         continue
                     chunk = json.loads(line[6:])
+                    if chunk.get("usage"):
+                        usage_tokens = chunk["usage"].get("completion_tokens")
                     choices = chunk.get("choices") or []
                     if not choices or not (choices[0].get("delta") or {}).get("content"):
                         continue
@@ -116,7 +119,9 @@ async def _one(client, cfg: LoadConfig, prompt: str) -> RequestTiming:
                     else:
                         t.itl_s.append(now - last)
                     last = now
-                    t.output_tokens += 1  # one content chunk per token on the servers we compare
+                    chunks += 1
+        # The server's own count when it reports usage (a chunk may carry several tokens), else chunks.
+        t.output_tokens = usage_tokens if usage_tokens else chunks
     except Exception as exc:  # noqa: BLE001 - counted as an error of the run
         t.error = repr(exc)
     t.total_s = time.perf_counter() - start

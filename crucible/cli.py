@@ -100,33 +100,49 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_serve(args: argparse.Namespace) -> int:
-    """Load-tests an OpenAI-compatible server (ours spawned, or any running one) and prints the table."""
+    """Load-tests servers: a running one (--url), or each of --systems spawned in turn on one model."""
     from pathlib import Path
 
-    from benchmarks.serve_load import format_results, run_load, write_json
     from crucible.versions import version_matrix
 
     levels = [int(c) for c in args.levels.split(",")]
-    spawned = None
-    url, model = args.url, args.model
-    if url is None:
-        from serve.launch import start_server
+    out_dir = Path(args.out)
+    if args.url is not None:
+        from benchmarks.serve_load import format_results, run_load, write_json
 
-        spawned = start_server(args.model, "--max-batch-size", str(max(levels)), "--max-queue", str(4 * max(levels)))
-        url = spawned.base_url
-    try:
-        results = run_load(url, args.served_name or model, levels, args.max_requests, args.max_seconds,
+        results = run_load(args.url, args.served_name or args.model, levels, args.max_requests, args.max_seconds,
                            args.max_tokens, args.api_key)
-    finally:
-        if spawned is not None:
-            from serve.launch import stop_server
+        print(format_results(args.system, results))
+        out = out_dir / "serve.json"
+        write_json(out, args.system, results, {"url": args.url, "model": args.model,
+                                               "versions": version_matrix("cpu"), "max_tokens": args.max_tokens})
+        print(f"wrote {out}")
+        return 0
 
-            stop_server(spawned)
-    print(format_results(args.system, results))
-    out = Path(args.out) / "serve.json"
-    write_json(out, args.system, results, {"url": url, "model": model, "versions": version_matrix("cpu"),
-                                           "max_tokens": args.max_tokens})
-    print(f"wrote {out}")
+    from benchmarks.serve_compare import (ServeCompareConfig, check_serve_targets, format_compare, run_system,
+                                          write_compare)
+    from crucible.registry import resolve_model
+
+    cfg = ServeCompareConfig(model=args.model, systems=tuple(args.systems.split(",")), levels=tuple(levels),
+                             max_requests=args.max_requests, max_seconds=args.max_seconds,
+                             max_tokens=args.max_tokens, build_llama_cpp=args.build_llama_cpp)
+    source = resolve_model(cfg.model)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results, info = {}, {}
+    for system in cfg.systems:
+        if system == "llama.cpp" and not cfg.build_llama_cpp:
+            from benchmarks.llamacpp import default_cache_dir
+
+            if not (default_cache_dir() / "build-info.json").is_file():
+                print("llama.cpp: NOT BUILT, skipped; rerun with --build-llama-cpp (~15 min on 2 cores)", flush=True)
+                continue
+        print(f"{system}: starting and loading ...", flush=True)
+        results[system], info[system] = run_system(system, cfg, source, out_dir,
+                                                   log=lambda msg: print(msg, flush=True))
+    targets = check_serve_targets(results)
+    print(format_compare(results, targets))
+    path = write_compare(results, info, targets, version_matrix("cpu"), cfg, out_dir)
+    print(f"wrote {path} and {path.with_suffix('.png')}")
     return 0
 
 
@@ -151,6 +167,38 @@ def cmd_bench_kernels(args: argparse.Namespace) -> int:
     path = write_report(rows, bench.extra, targets, version_matrix(args.target), Path(args.out))
     print(f"wrote {path} and {path.with_suffix('.png')}")
     return 0
+
+
+def cmd_bench_e2e(args: argparse.Namespace) -> int:
+    """Batch-1 prefill/decode on crucible, MAX's built-in pipeline and llama.cpp, interleaved."""
+    from pathlib import Path
+
+    from benchmarks.e2e import E2EConfig, check_targets, format_report, run_e2e, write_report
+    from crucible.versions import version_matrix
+
+    cfg = E2EConfig(model=args.model, prompt_tokens=args.prompt_tokens, gen_tokens=args.gen_tokens,
+                    reps=args.reps, systems=tuple(args.systems.split(",")), build_llama_cpp=args.build_llama_cpp)
+    report = run_e2e(cfg, log=lambda msg: print(msg, flush=True))
+    targets = check_targets(report.summary())
+    print(format_report(report, targets))
+    path = write_report(report, targets, version_matrix("cpu"), Path(args.out))
+    print(f"wrote {path} and {path.with_suffix('.png')}")
+    return 0
+
+
+def cmd_qualify(args: argparse.Namespace) -> int:
+    """Writes a qualification record (JSON + Markdown) for a model on a target."""
+    from pathlib import Path
+
+    from crucible.qualify import QualifyConfig, qualify, write_record
+
+    cfg = QualifyConfig(model=args.model, target=args.target, conformance=not args.no_conformance,
+                        e2e_reps=args.reps, prompt_tokens=args.prompt_tokens, gen_tokens=args.gen_tokens)
+    record = qualify(cfg, log=lambda msg: print(msg, flush=True))
+    path = write_record(record, Path(args.out))
+    print(path.with_suffix(".md").read_text())
+    print(f"wrote {path} and {path.with_suffix('.md')}")
+    return 0 if record["qualified"] else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -192,18 +240,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--raw", action="store_true", help="prompts are raw text to continue (no chat template)")
     p.set_defaults(func=cmd_batch)
 
-    bench = sub.add_parser("bench", help="benchmarks (kernels; e2e and serve come with later issues)")
+    p = sub.add_parser("qualify", help="qualification record of a model on a target (JSON + Markdown)")
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--target", choices=["cpu", "gpu"], default="cpu")
+    p.add_argument("--no-conformance", action="store_true", help="skip the op grid (the record says so)")
+    p.add_argument("--reps", type=int, default=3, help="throughput repetitions")
+    p.add_argument("--prompt-tokens", type=int, default=512)
+    p.add_argument("--gen-tokens", type=int, default=128)
+    p.add_argument("--out", default="qualify-out")
+    p.set_defaults(func=cmd_qualify)
+    bench = sub.add_parser("bench", help="benchmarks: kernels, e2e, serve")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True)
     p = bench_sub.add_parser("kernels", help="every kernel at SmolLM2 and Llama-3-8B shapes vs MAX and numpy")
     p.add_argument("--target", choices=["cpu", "gpu"], default="cpu")
     p.add_argument("--out", default="bench-out", help="folder for kernels.json and kernels.png")
     p.add_argument("--quick", action="store_true", help="SmolLM2 shapes and the speed-target rows only")
     p.set_defaults(func=cmd_bench_kernels)
-    p = bench_sub.add_parser("serve", help="load-test an OpenAI-compatible server (spawns ours unless --url)")
-    p.add_argument("--url", default=None, help="root URL of a running server (loopback); default: spawn crucible")
+    p = bench_sub.add_parser("e2e", help="batch-1 prefill/decode: crucible vs MAX's pipeline vs llama.cpp")
+    p.add_argument("--model", default="smollm2-135m", help="registry name or GGUF file")
+    p.add_argument("--systems", default="crucible,max,llama.cpp")
+    p.add_argument("--prompt-tokens", type=int, default=512)
+    p.add_argument("--gen-tokens", type=int, default=128)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--build-llama-cpp", action="store_true",
+                   help="build llama.cpp from the llama-cpp-python sdist if not cached (~15 min on 2 cores)")
+    p.add_argument("--out", default="bench-out", help="folder for e2e.json and e2e.png")
+    p.set_defaults(func=cmd_bench_e2e)
+    p = bench_sub.add_parser("serve", help="load-test servers: crucible, max serve, llama-server (or --url)")
+    p.add_argument("--url", default=None, help="root URL of a running server (loopback) instead of spawning")
+    p.add_argument("--systems", default="crucible,max,llama.cpp", help="servers to spawn in turn")
+    p.add_argument("--build-llama-cpp", action="store_true",
+                   help="build llama.cpp from the llama-cpp-python sdist if not cached (~15 min on 2 cores)")
     p.add_argument("--model", default="smollm2-135m", help="model to spawn / to request")
     p.add_argument("--served-name", default=None, help="model id to request if it differs from --model")
-    p.add_argument("--system", default="crucible", help="label for the results")
+    p.add_argument("--system", default="external", help="label for a --url server's results")
     p.add_argument("--levels", default="1,4,16,64", help="concurrency levels")
     p.add_argument("--max-requests", type=int, default=64, help="requests per level at most")
     p.add_argument("--max-seconds", type=float, default=120.0, help="seconds per level at most")

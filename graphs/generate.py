@@ -7,6 +7,7 @@ and `crucible generate` use it. Continuous batching and sampling live in pipelin
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -49,7 +50,8 @@ def new_kv_manager(model: CrucibleModel, max_batch_size: int, total_tokens: int)
 
 
 def greedy_generate(model: CrucibleModel, prompts: Sequence[Sequence[int]], max_new_tokens: int,
-                    stop_ids: Sequence[int] = (), prefill_chunks: Sequence[int] | None = None) -> list[list[int]]:
+                    stop_ids: Sequence[int] = (), prefill_chunks: Sequence[int] | None = None,
+                    step_times: list[float] | None = None) -> list[list[int]]:
     """Generates greedily for a batch of prompts run together.
 
     Args:
@@ -59,6 +61,8 @@ def greedy_generate(model: CrucibleModel, prompts: Sequence[Sequence[int]], max_
         stop_ids: Ids that end a sequence (kept in its output).
         prefill_chunks: If given, the first prompt is prefilled in chunks of these sizes (prefill with
             history); they must sum to its length.
+        step_times: If given, time.perf_counter() is appended after each step's tokens are chosen
+            (the first entry ends the prefill; the e2e benchmark reads them).
 
     Returns:
         The generated ids of each sequence.
@@ -93,6 +97,8 @@ def greedy_generate(model: CrucibleModel, prompts: Sequence[Sequence[int]], max_
                 outputs[i].append(tok)
                 if tok not in stops and len(outputs[i]) < max_new_tokens:
                     still.append(i)
+            if step_times is not None:
+                step_times.append(time.perf_counter())
             active = still
     finally:
         for ctx in ctxs:

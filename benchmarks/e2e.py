@@ -1,0 +1,263 @@
+"""`crucible bench e2e`: batch-1 prefill and decode throughput of one model on three stacks, interleaved.
+
+Systems (same model, SmolLM2-135M by default):
+  crucible   our graph on the Q4_1 GGUF (blocks stay quantized), greedy, in this process: the prefill
+             of the prompt is one step (prompt tokens / its time), decode is the next `gen` steps
+             ((gen - 1) / their time); end-of-turn is ignored, as llama-bench does.
+  max        MAX's built-in Llama pipeline on the same weights dequantized to float32 (what MAX runs on
+             CPU), through `max generate --num-warmups 1`: its context-encoding and token-generation
+             throughput (it stops at end-of-turn, so decode may cover fewer tokens).
+  llama.cpp  `llama-bench -p <prompt> -n <gen>` on the same GGUF, built from the llama-cpp-python sdist
+             (benchmarks/llamacpp.py; built on request, cached).
+Each repetition runs every system once, in turn; the report gives medians, min-max spread, ratios,
+the speed targets of issue #7 as MET / NOT MET, JSON and a PNG chart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+SYSTEMS = ("crucible", "max", "llama.cpp")
+FILLER = ("The river runs past the old mill and the children walk along the bank to school each morning, "
+          "counting the boats and the birds and telling each other stories about the town. ")
+
+
+@dataclass(frozen=True)
+class E2EConfig:
+    """What to run.
+
+    Attributes:
+        model: Registry name or GGUF path (the Q4_1 GGUF for SmolLM2).
+        prompt_tokens: Prefill length (chat template included for crucible and max).
+        gen_tokens: Decode length.
+        reps: Repetitions of the whole interleaved round.
+        systems: Which of SYSTEMS to run.
+        build_llama_cpp: Build llama.cpp if it is not cached (~15 min on 2 cores).
+    """
+
+    model: str = "smollm2-135m"
+    prompt_tokens: int = 512
+    gen_tokens: int = 128
+    reps: int = 3
+    systems: tuple[str, ...] = SYSTEMS
+    build_llama_cpp: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = set(self.systems) - set(SYSTEMS)
+        if unknown:
+            raise ValueError(f"unknown systems {sorted(unknown)}; choose from {', '.join(SYSTEMS)}")
+        if self.prompt_tokens < 16 or self.gen_tokens < 2 or self.reps < 1:
+            raise ValueError("need prompt_tokens >= 16, gen_tokens >= 2 and reps >= 1")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One system's numbers from one repetition."""
+
+    system: str
+    rep: int
+    prefill_tok_s: float
+    decode_tok_s: float
+    prompt_tokens: int
+    gen_tokens: int
+
+
+@dataclass
+class E2EReport:
+    config: E2EConfig
+    samples: list[Sample] = field(default_factory=list)
+    notes: dict[str, object] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """Per system: median, min and max of prefill and decode tok/s."""
+        out: dict[str, dict[str, float]] = {}
+        for system in self.config.systems:
+            rows = [s for s in self.samples if s.system == system]
+            if not rows:
+                continue
+            entry: dict[str, float] = {"n": len(rows)}
+            for metric in ("prefill_tok_s", "decode_tok_s"):
+                vals = [getattr(s, metric) for s in rows]
+                entry[metric] = statistics.median(vals)
+                entry[metric + "_min"] = min(vals)
+                entry[metric + "_max"] = max(vals)
+            entry["prompt_tokens"] = rows[0].prompt_tokens
+            entry["gen_tokens"] = statistics.median(s.gen_tokens for s in rows)
+            out[system] = entry
+        return out
+
+
+def chat_prompt_of_length(tokenizer, n_tokens: int) -> tuple[str, list[int]]:
+    """A user message whose chat-templated prompt is as close to n_tokens as possible (not above)."""
+    from crucible.tokenizer import chat_prompt_ids
+
+    words = (FILLER * (n_tokens // 8 + 2)).split()
+    lo, hi = 1, len(words)
+    while lo < hi:  # the longest prefix of words whose templated prompt fits
+        mid = (lo + hi + 1) // 2
+        text = " ".join(words[:mid]) + " Now continue the story."
+        if len(chat_prompt_ids(tokenizer, [{"role": "user", "content": text}])) <= n_tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    text = " ".join(words[:lo]) + " Now continue the story."
+    return text, chat_prompt_ids(tokenizer, [{"role": "user", "content": text}])
+
+
+class CrucibleRunner:
+    """Our model loaded once; each run is a fresh sequence: one prefill step, then gen - 1 decodes."""
+
+    def __init__(self, model: str) -> None:
+        from crucible.registry import resolve_model
+        from graphs.model import CrucibleModel
+
+        self.source = resolve_model(model)
+        self.model = CrucibleModel(self.source)
+
+    def run(self, prompt_ids: list[int], gen_tokens: int, rep: int) -> Sample:
+        from graphs.generate import greedy_generate
+
+        times: list[float] = []
+        start = time.perf_counter()
+        greedy_generate(self.model, [prompt_ids], gen_tokens, step_times=times)
+        prefill = times[0] - start
+        decode = times[-1] - times[0]
+        return Sample("crucible", rep, len(prompt_ids) / prefill, (len(times) - 1) / decode, len(prompt_ids),
+                      len(times))
+
+
+def max_sample(folder: Path, text: str, gen_tokens: int, rep: int) -> Sample:
+    """MAX's built-in pipeline on the float32 folder, one `max generate` process (one warm-up run)."""
+    from crucible.max_cli import max_generate
+
+    r = max_generate(folder, text, gen_tokens, custom=False, extra=("--num-warmups", "1"))
+    return Sample("max", rep, r.prefill_tok_s, r.decode_tok_s, r.prompt_tokens, r.output_tokens)
+
+
+def llama_cpp_sample(build, gguf: Path, prompt_tokens: int, gen_tokens: int, rep: int) -> Sample:
+    from benchmarks.llamacpp import llama_bench
+
+    rows = {r.test[:2]: r for r in llama_bench(build, gguf, n_prompt=prompt_tokens, n_gen=gen_tokens,
+                                               threads=os.cpu_count() or 2, repetitions=1)}
+    return Sample("llama.cpp", rep, statistics.median(rows["pp"].tok_s_samples),
+                  statistics.median(rows["tg"].tok_s_samples), prompt_tokens, gen_tokens)
+
+
+def run_e2e(cfg: E2EConfig, log=print) -> E2EReport:
+    """Prepares every system, then runs cfg.reps interleaved rounds."""
+    from crucible.registry import resolve_model
+    from crucible.tokenizer import load_tokenizer
+
+    report = E2EReport(cfg)
+    source = resolve_model(cfg.model)
+    if source.format != "gguf":
+        raise ValueError("bench e2e compares stacks on one GGUF file (llama.cpp reads only GGUF)")
+    text, ids = chat_prompt_of_length(load_tokenizer(source), cfg.prompt_tokens)
+    report.notes["prompt_tokens_chat"] = len(ids)
+    runners: dict[str, object] = {}
+    if "crucible" in cfg.systems:
+        log("crucible: loading and compiling ...")
+        runners["crucible"] = CrucibleRunner(cfg.model)
+        report.notes["crucible_kernel_build"] = runners["crucible"].model.provenance["kernel_build"]
+    if "max" in cfg.systems:
+        from crucible.export import export_hf_float32
+
+        runners["max"] = export_hf_float32(source, log=log)
+        report.notes["max_weights"] = f"float32 export of {source.path.name} ({runners['max']})"
+    if "llama.cpp" in cfg.systems:
+        from benchmarks.llamacpp import LlamaCppError, build_dict, default_cache_dir, ensure_built
+
+        cached = (default_cache_dir() / "build-info.json").is_file()
+        if not cached and not cfg.build_llama_cpp:
+            log("llama.cpp: NOT BUILT, its rows are skipped; rerun with --build-llama-cpp (~15 min on 2 cores)")
+            report.notes["llama.cpp"] = "skipped: not built (--build-llama-cpp builds it)"
+        else:
+            try:
+                build = ensure_built(log=log)
+                runners["llama.cpp"] = build
+                report.notes["llama.cpp"] = build_dict(build)
+            except LlamaCppError as exc:
+                log(f"llama.cpp: BUILD FAILED, its rows are skipped: {exc}")
+                report.notes["llama.cpp"] = f"build failed: {str(exc)[:500]}"
+    for rep in range(cfg.reps):
+        for system in cfg.systems:
+            if system not in runners:
+                continue
+            log(f"rep {rep + 1}/{cfg.reps}: {system} ...")
+            if system == "crucible":
+                s = runners["crucible"].run(ids, cfg.gen_tokens, rep)
+            elif system == "max":
+                s = max_sample(runners["max"], text, cfg.gen_tokens, rep)
+            else:
+                s = llama_cpp_sample(runners["llama.cpp"], source.path, cfg.prompt_tokens, cfg.gen_tokens, rep)
+            report.samples.append(s)
+            log(f"  prefill {s.prefill_tok_s:8.1f} tok/s   decode {s.decode_tok_s:7.1f} tok/s")
+    return report
+
+
+def check_targets(summary: dict[str, dict[str, float]]) -> list[dict[str, object]]:
+    """Issue #7's e2e targets: decode >= 1.0x llama.cpp and >= 4x MAX; prefill >= 1.0x MAX."""
+    ours = summary.get("crucible")
+    targets = []
+    for other, metric, need in (("llama.cpp", "decode_tok_s", 1.0), ("max", "decode_tok_s", 4.0),
+                                ("max", "prefill_tok_s", 1.0)):
+        name = f"{metric.split('_')[0]} batch 1: crucible / {other} >= {need}x"
+        if ours is None or other not in summary:
+            targets.append({"target": name, "met": None, "value": None, "need": need})
+            continue
+        ratio = ours[metric] / summary[other][metric]
+        targets.append({"target": name, "met": ratio >= need, "value": ratio, "need": need})
+    return targets
+
+
+def format_report(report: E2EReport, targets: list[dict[str, object]]) -> str:
+    s = report.summary()
+    lines = [f"batch 1, prompt {report.notes.get('prompt_tokens_chat')} tokens (llama.cpp: "
+             f"{report.config.prompt_tokens}), decode {report.config.gen_tokens} tokens, "
+             f"{report.config.reps} interleaved reps; medians [min-max]",
+             f"{'system':<11}{'prefill tok/s':>26}{'decode tok/s':>24}{'gen':>6}"]
+    for system, e in s.items():
+        lines.append(f"{system:<11}{e['prefill_tok_s']:>10.1f} [{e['prefill_tok_s_min']:.0f}-{e['prefill_tok_s_max']:.0f}]"
+                     f"{'':>4}{e['decode_tok_s']:>10.1f} [{e['decode_tok_s_min']:.0f}-{e['decode_tok_s_max']:.0f}]"
+                     f"{e['gen_tokens']:>6.0f}")
+    for t in targets:
+        state = "SKIPPED" if t["met"] is None else ("MET    " if t["met"] else "NOT MET")
+        value = "-" if t["value"] is None else f"{t['value']:.2f}x"
+        lines.append(f"{state}  {t['target']}: {value}")
+    return "\n".join(lines)
+
+
+def write_report(report: E2EReport, targets: list[dict[str, object]], versions: dict, out_dir: Path) -> Path:
+    """Writes e2e.json and e2e.png under out_dir; returns the JSON path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "e2e.json"
+    data = {"config": asdict(report.config), "summary": report.summary(), "targets": targets,
+            "samples": [asdict(s) for s in report.samples], "notes": report.notes, "versions": versions}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    tmp.replace(path)
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    summary = report.summary()
+    systems = list(summary)
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    for ax, metric, title in zip(axes, ("prefill_tok_s", "decode_tok_s"), ("prefill", "decode")):
+        med = [summary[s][metric] for s in systems]
+        err = [[m - summary[s][metric + "_min"] for s, m in zip(systems, med)],
+               [summary[s][metric + "_max"] - m for s, m in zip(systems, med)]]
+        ax.bar(systems, med, yerr=err, capsize=4, color=["tab:orange", "tab:blue", "tab:green"][:len(systems)])
+        ax.set_title(f"{title} (tok/s, batch 1)")
+    fig.suptitle(f"{report.config.model}: median and min-max of {report.config.reps} reps")
+    fig.tight_layout()
+    fig.savefig(path.with_suffix(".png"), dpi=110)
+    plt.close(fig)
+    return path

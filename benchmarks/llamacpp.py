@@ -1,0 +1,173 @@
+"""llama.cpp as a baseline: `llama-bench` and `llama-server`, built from the llama-cpp-python sdist.
+
+The sdist vendors a pinned llama.cpp; it is fetched with pip (the package index is reachable where
+PyPI is), built once with cmake (Release, native CPU flags) and cached with a record of how long
+the build took. Nothing here runs unless a benchmark asks for llama.cpp.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+TARGETS = ("llama-bench", "llama-server")
+
+
+class LlamaCppError(RuntimeError):
+    """Fetching, building or running llama.cpp failed."""
+
+
+@dataclass(frozen=True)
+class LlamaCppBuild:
+    """A cached llama.cpp build.
+
+    Attributes:
+        bin_dir: Folder with llama-bench and llama-server.
+        source: The sdist it came from.
+        build_seconds: Wall time of the cmake configure + build when it was made.
+        built_now: Whether this call built it (else it was reused from the cache).
+        cmake_flags: The configure flags.
+    """
+
+    bin_dir: Path
+    source: str
+    build_seconds: float
+    built_now: bool
+    cmake_flags: tuple[str, ...]
+
+    def binary(self, name: str) -> Path:
+        return self.bin_dir / name
+
+
+def default_cache_dir() -> Path:
+    """$CRUCIBLE_CACHE_DIR/llama.cpp or ~/.cache/crucible/llama.cpp, per sdist version."""
+    root = Path(os.environ.get("CRUCIBLE_CACHE_DIR", Path.home() / ".cache" / "crucible"))
+    return root / "llama.cpp" / LLAMA_CPP_PYTHON_VERSION
+
+
+CMAKE_FLAGS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DGGML_NATIVE=ON",           # -march=native: the CPU flags this machine has
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_TOOLS=ON",
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_OPENSSL=OFF",        # loopback benchmarks only
+    "-DLLAMA_USE_PREBUILT_UI=OFF",  # no download of the web UI
+)
+
+
+def ensure_built(cache_dir: Path | None = None, log=print) -> LlamaCppBuild:
+    """Returns the cached build, building it first if needed (about 15 minutes on 2 cores).
+
+    Raises:
+        LlamaCppError: pip, cmake or the compiler failed (the message has the tail of the log).
+    """
+    cache = cache_dir or default_cache_dir()
+    record = cache / "build-info.json"
+    bin_dir = cache / "bin"
+    if record.is_file() and all((bin_dir / t).exists() for t in TARGETS):
+        info = json.loads(record.read_text())
+        return LlamaCppBuild(bin_dir, info["source"], info["build_seconds"], False, tuple(info["cmake_flags"]))
+    for tool in ("cmake", "c++"):
+        if shutil.which(tool) is None:
+            raise LlamaCppError(f"building llama.cpp needs `{tool}` on PATH")
+    cache.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="build-", dir=cache))
+    source = f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}"
+    log(f"llama.cpp: fetching the {source} sdist ...")
+    _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", source, "-d", str(work)],
+         work / "pip.log")
+    sdist = next(work.glob("llama_cpp_python-*.tar.gz"))
+    with tarfile.open(sdist) as tar:
+        tar.extractall(work, filter="data")
+    src = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
+    log(f"llama.cpp: building {', '.join(TARGETS)} (cmake, Release, native; ~15 min on 2 cores) ...")
+    start = time.perf_counter()
+    _run(["cmake", "-S", str(src), "-B", str(work / "build"), *CMAKE_FLAGS], work / "configure.log")
+    _run(["cmake", "--build", str(work / "build"), "--target", *TARGETS, "-j", str(os.cpu_count() or 2)],
+         work / "build.log")
+    seconds = time.perf_counter() - start
+    staged = work / "bin"
+    staged.mkdir()
+    for t in TARGETS:
+        shutil.copy2(work / "build" / "bin" / t, staged / t)
+    if bin_dir.exists():
+        shutil.rmtree(bin_dir)
+    staged.rename(bin_dir)
+    record.write_text(json.dumps({"source": source, "build_seconds": round(seconds, 1),
+                                  "cmake_flags": list(CMAKE_FLAGS), "machine": platform.processor() or platform.machine(),
+                                  "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1))
+    shutil.rmtree(work, ignore_errors=True)
+    log(f"llama.cpp: built in {seconds:.0f} s, cached in {cache}")
+    return LlamaCppBuild(bin_dir, source, seconds, True, CMAKE_FLAGS)
+
+
+def _run(cmd: list[str], log_path: Path) -> None:
+    with log_path.open("w") as log:
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        tail = log_path.read_text(errors="replace")[-3000:]
+        raise LlamaCppError(f"`{' '.join(cmd[:4])} ...` failed ({proc.returncode}); log {log_path}:\n{tail}")
+
+
+@dataclass(frozen=True)
+class LlamaBenchResult:
+    """llama-bench's pp<N> or tg<N> row: tokens per second over its repetitions."""
+
+    test: str
+    n_prompt: int
+    n_gen: int
+    tok_s_samples: tuple[float, ...]
+    build_commit: str
+
+
+def llama_bench(build: LlamaCppBuild, gguf: Path, *, n_prompt: int, n_gen: int, threads: int,
+                repetitions: int) -> list[LlamaBenchResult]:
+    """Runs llama-bench once (pp n_prompt and tg n_gen, `repetitions` each) and returns its rows."""
+    cmd = [str(build.binary("llama-bench")), "-m", str(gguf), "-p", str(n_prompt), "-n", str(n_gen),
+           "-t", str(threads), "-r", str(repetitions), "-o", "json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise LlamaCppError(f"llama-bench failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    rows = json.loads(proc.stdout)
+    out = []
+    for r in rows:
+        test = f"pp{r['n_prompt']}" if r["n_gen"] == 0 else f"tg{r['n_gen']}"
+        samples = tuple(float(s) for s in r.get("samples_ts") or [r["avg_ts"]])
+        out.append(LlamaBenchResult(test, r["n_prompt"], r["n_gen"], samples, str(r.get("build_commit", ""))))
+    return out
+
+
+def llama_server_command(build: LlamaCppBuild, gguf: Path, port: int, *, slots: int, ctx_per_slot: int,
+                         threads: int) -> list[str]:
+    """llama-server with one slot per stream and continuous batching; prompt caching off where the
+    build has the switch (the load generator's unique prefixes defeat it in any case)."""
+    cmd = [str(build.binary("llama-server")), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
+           "-np", str(slots), "-c", str(slots * ctx_per_slot), "-t", str(threads), "--cont-batching"]
+    if _supports(build, "--no-cache-prompt"):
+        cmd.append("--no-cache-prompt")
+    return cmd
+
+
+def _supports(build: LlamaCppBuild, flag: str) -> bool:
+    proc = subprocess.run([str(build.binary("llama-server")), "--help"], capture_output=True, text=True)
+    return flag in proc.stdout + proc.stderr
+
+
+def build_dict(build: LlamaCppBuild) -> dict:
+    """The build as a JSON-ready record."""
+    d = asdict(build)
+    d["bin_dir"] = str(build.bin_dir)
+    return d

@@ -1,0 +1,57 @@
+"""The e2e benchmark's bookkeeping (no model runs): config checks, prompt sizing, summary, targets, report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.e2e import E2EConfig, E2EReport, Sample, chat_prompt_of_length, check_targets, format_report, write_report
+from crucible.registry import resolve_model
+from crucible.tokenizer import chat_prompt_ids, load_tokenizer
+
+
+def test_config_rejects_unknown_systems_and_tiny_runs() -> None:
+    with pytest.raises(ValueError, match="unknown systems"):
+        E2EConfig(systems=("crucible", "vllm"))
+    with pytest.raises(ValueError):
+        E2EConfig(gen_tokens=1)
+
+
+def test_prompt_hits_its_length(tiny_models) -> None:
+    tok = load_tokenizer(resolve_model(str(tiny_models["llama"].gguf["Q4_0"])))
+    text, ids = chat_prompt_of_length(tok, 200)
+    assert 190 <= len(ids) <= 200
+    assert ids == chat_prompt_ids(tok, [{"role": "user", "content": text}])
+
+
+def _report() -> E2EReport:
+    r = E2EReport(E2EConfig(reps=3))
+    for rep, (c, m, l) in enumerate([((700, 140), (600, 30), (350, 130)), ((720, 150), (640, 28), (340, 137)),
+                                     ((650, 145), (630, 27), (346, 120))]):
+        r.samples += [Sample("crucible", rep, c[0], c[1], 512, 128), Sample("max", rep, m[0], m[1], 512, 100),
+                      Sample("llama.cpp", rep, l[0], l[1], 512, 128)]
+    return r
+
+
+def test_summary_targets_and_files(tmp_path: Path) -> None:
+    report = _report()
+    s = report.summary()
+    assert s["crucible"]["decode_tok_s"] == 145 and s["crucible"]["decode_tok_s_min"] == 140
+    assert s["max"]["prefill_tok_s"] == 630
+    targets = {t["target"]: t for t in check_targets(s)}
+    assert targets["decode batch 1: crucible / llama.cpp >= 1.0x"]["met"] is True       # 145 / 130
+    assert targets["decode batch 1: crucible / max >= 4.0x"]["met"] is True             # 145 / 28
+    assert targets["prefill batch 1: crucible / max >= 1.0x"]["value"] == pytest.approx(700 / 630)
+    text = format_report(report, check_targets(s))
+    assert "MET" in text and "llama.cpp" in text
+    path = write_report(report, check_targets(s), {"python": "x"}, tmp_path)
+    assert path.is_file() and path.with_suffix(".png").stat().st_size > 0
+
+
+def test_missing_system_is_skipped_not_met() -> None:
+    report = _report()
+    report.samples = [s for s in report.samples if s.system != "llama.cpp"]
+    t = {x["target"]: x for x in check_targets(report.summary())}
+    assert t["decode batch 1: crucible / llama.cpp >= 1.0x"]["met"] is None
+    assert "SKIPPED" in format_report(report, list(t.values()))
