@@ -135,7 +135,9 @@ def max_sample(folder: Path, text: str, gen_tokens: int, rep: int) -> Sample:
     """MAX's built-in pipeline on the float32 folder, one `max generate` process (one warm-up run)."""
     from crucible.max_cli import max_generate
 
-    r = max_generate(folder, text, gen_tokens, custom=False, extra=("--num-warmups", "1"))
+    # Prefix caching off: the warm-up run would otherwise leave the prompt cached and skip its prefill.
+    r = max_generate(folder, text, gen_tokens, custom=False,
+                     extra=("--num-warmups", "1", "--no-enable-prefix-caching"))
     return Sample("max", rep, r.prefill_tok_s, r.decode_tok_s, r.prompt_tokens, r.output_tokens)
 
 

@@ -119,7 +119,7 @@ def run_system(system: str, cfg: ServeCompareConfig, source, log_dir: Path, log=
 
         folder = export_hf_float32(source, log=log)
         server = start_max_serve(folder, log_dir / "max-serve.log", custom=False,
-                                 extra=("--max-batch-size", str(top)))
+                                 extra=("--max-batch-size", str(top), "--no-enable-prefix-caching"))
         try:
             return run(server.base_url, _served_id(server.base_url), cfg.levels), {
                 "kernels": "MAX built-in Llama pipeline", "weights": f"float32 export of {source.path.name}"}
