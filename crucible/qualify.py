@@ -146,6 +146,7 @@ def qualify(cfg: QualifyConfig, log=print) -> dict:
     record["parity"] = parity_record(model, source)
     log("batch-1 throughput ...")
     _, ids = chat_prompt_of_length(load_tokenizer(source), cfg.prompt_tokens)
+    runner.warm_up(ids)
     samples = [runner.run(ids, cfg.gen_tokens, rep) for rep in range(cfg.e2e_reps)]
     pre = sorted(s.prefill_tok_s for s in samples)
     dec = sorted(s.decode_tok_s for s in samples)
