@@ -179,10 +179,9 @@ def run_e2e(cfg: E2EConfig, log=print) -> E2EReport:
         runners["max"] = export_hf_float32(source, log=log)
         report.notes["max_weights"] = f"float32 export of {source.path.name} ({runners['max']})"
     if "llama.cpp" in cfg.systems:
-        from benchmarks.llamacpp import LlamaCppError, build_dict, default_cache_dir, ensure_built
+        from benchmarks.llamacpp import LlamaCppError, build_dict, ensure_built, is_built
 
-        cached = (default_cache_dir() / "build-info.json").is_file()
-        if not cached and not cfg.build_llama_cpp:
+        if not is_built() and not cfg.build_llama_cpp:
             log("llama.cpp: NOT BUILT, its rows are skipped; rerun with --build-llama-cpp (~15 min on 2 cores)")
             report.notes["llama.cpp"] = "skipped: not built (--build-llama-cpp builds it)"
         else:

@@ -50,9 +50,16 @@ class LlamaCppBuild:
 
 
 def default_cache_dir() -> Path:
-    """$CRUCIBLE_CACHE_DIR/llama.cpp or ~/.cache/crucible/llama.cpp, per sdist version."""
-    root = Path(os.environ.get("CRUCIBLE_CACHE_DIR", Path.home() / ".cache" / "crucible"))
-    return root / "llama.cpp" / LLAMA_CPP_PYTHON_VERSION
+    """<crucible cache>/llama.cpp/<sdist version>."""
+    from crucible.tokenizer import cache_dir
+
+    return cache_dir() / "llama.cpp" / LLAMA_CPP_PYTHON_VERSION
+
+
+def is_built(cache_dir: Path | None = None) -> bool:
+    """Whether a finished build is cached (ensure_built would not build)."""
+    cache = cache_dir or default_cache_dir()
+    return (cache / "build-info.json").is_file() and all((cache / "bin" / t).exists() for t in TARGETS)
 
 
 CMAKE_FLAGS = (
@@ -77,7 +84,7 @@ def ensure_built(cache_dir: Path | None = None, log=print) -> LlamaCppBuild:
     cache = cache_dir or default_cache_dir()
     record = cache / "build-info.json"
     bin_dir = cache / "bin"
-    if record.is_file() and all((bin_dir / t).exists() for t in TARGETS):
+    if is_built(cache):
         info = json.loads(record.read_text())
         return LlamaCppBuild(bin_dir, info["source"], info["build_seconds"], False, tuple(info["cmake_flags"]))
     for tool in ("cmake", "c++"):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -23,6 +22,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.serve_load import LoadResult, format_results, run_load
+from crucible.proc import free_port, wait_healthy
 
 SERVE_SYSTEMS = ("crucible", "max", "llama.cpp")
 
@@ -57,25 +57,9 @@ class ServeCompareConfig:
             raise ValueError("levels must be positive")
 
 
-def _wait_healthy(url: str, proc: subprocess.Popen, log_path: Path, timeout_s: float) -> None:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited ({proc.returncode}):\n{log_path.read_text(errors='replace')[-3000:]}")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(1)
-    proc.kill()
-    raise RuntimeError(f"server at {url} not healthy after {timeout_s}s")
-
-
 @contextmanager
 def _llama_server(build, gguf: Path, slots: int, log_path: Path) -> Iterator[str]:
     from benchmarks.llamacpp import llama_server_command
-    from crucible.max_cli import free_port
 
     port = free_port()
     cmd = llama_server_command(build, gguf, port, slots=slots, ctx_per_slot=1024, threads=os.cpu_count() or 2)
@@ -83,7 +67,7 @@ def _llama_server(build, gguf: Path, slots: int, log_path: Path) -> Iterator[str
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_healthy(url, proc, log_path, 300)
+        wait_healthy(url, proc, log_path, 300)
         yield url
     finally:
         proc.terminate()

@@ -131,9 +131,9 @@ def cmd_bench_serve(args: argparse.Namespace) -> int:
     results, info = {}, {}
     for system in cfg.systems:
         if system == "llama.cpp" and not cfg.build_llama_cpp:
-            from benchmarks.llamacpp import default_cache_dir
+            from benchmarks.llamacpp import is_built
 
-            if not (default_cache_dir() / "build-info.json").is_file():
+            if not is_built():
                 print("llama.cpp: NOT BUILT, skipped; rerun with --build-llama-cpp (~15 min on 2 cores)", flush=True)
                 continue
         print(f"{system}: starting and loading ...", flush=True)

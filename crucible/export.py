@@ -9,17 +9,12 @@ and renamed, so an interrupted export leaves nothing behind.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from pathlib import Path
 
 from crucible.registry import ModelSource
-from crucible.tokenizer import load_tokenizer
-
-
-def _cache_root() -> Path:
-    return Path(os.environ.get("CRUCIBLE_CACHE_DIR", Path.home() / ".cache" / "crucible")) / "exports"
+from crucible.tokenizer import cache_dir, file_key, load_tokenizer
 
 
 def export_hf_float32(source: ModelSource, log=print) -> Path:
@@ -34,9 +29,7 @@ def export_hf_float32(source: ModelSource, log=print) -> Path:
     """
     if source.format == "hf":
         return source.path
-    st = source.path.stat()
-    key = hashlib.sha256(f"{source.path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
-    final = _cache_root() / f"{source.path.stem}-f32-{key}"
+    final = cache_dir() / "exports" / f"{source.path.stem}-f32-{file_key(source.path)}"
     if (final / "config.json").is_file():
         return final
     import torch

@@ -15,12 +15,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from crucible.proc import child_env
+from crucible.proc import child_env, find_tool
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 KERNELS_DIR = REPO_ROOT / "kernels"
@@ -45,26 +44,8 @@ class KernelBuild:
     mojo_version: str
 
 
-def _max_site_packages() -> list[Path]:
-    import importlib.util
-
-    spec = importlib.util.find_spec("max")
-    if spec is None or not spec.submodule_search_locations:
-        return []
-    return [Path(p).parent for p in spec.submodule_search_locations]
-
-
 def _mojo_binary() -> str:
-    # Beside the interpreter (a venv's bin/), then beside the environment MAX is installed in: a
-    # process MAX spawns (its serve model worker) runs the interpreter on PATH instead of the venv's,
-    # with the venv's site-packages only on sys.path. Then PATH.
-    candidates = [Path(sys.executable).parent / "mojo"]
-    for site in _max_site_packages():
-        candidates.append(site.parents[2] / "bin" / "mojo")  # <prefix>/lib/pythonX.Y/site-packages
-    for local in candidates:
-        if local.exists():
-            return str(local)
-    found = shutil.which("mojo")
+    found = find_tool("mojo")
     if found is None:
         raise KernelBuildError("the `mojo` compiler is not installed (pip install modular==26.7.0)")
     return found

@@ -8,17 +8,11 @@ prints the generated text and then its metrics; ``parse_generate_output`` reads 
 from __future__ import annotations
 
 import re
-import shutil
-import socket
 import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
-from crucible.proc import child_env
+from crucible.proc import child_env, find_tool, free_port, wait_healthy
 
 CUSTOM_ARCHITECTURES = "pipelines.max_arch"
 
@@ -61,10 +55,7 @@ class MaxGenerateResult:
 
 def max_binary() -> str:
     """The `max` entry point of the environment MAX is installed in."""
-    local = Path(sys.executable).parent / "max"
-    if local.exists():
-        return str(local)
-    found = shutil.which("max")
+    found = find_tool("max")
     if found is None:
         raise MaxCliError("the `max` command is not installed (pip install modular==26.7.0)")
     return found
@@ -140,13 +131,6 @@ class MaxServer:
             self.process.wait()
 
 
-def free_port() -> int:
-    """A free loopback TCP port."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_max_serve(model_path: str | Path, log_path: Path, *, custom: bool = True,
                     extra: tuple[str, ...] = (), timeout_s: float = 1200) -> MaxServer:
     """Starts `max serve` on a free loopback port (its metrics endpoint on another) with its log in a
@@ -165,15 +149,9 @@ def start_max_serve(model_path: str | Path, log_path: Path, *, custom: bool = Tr
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
     log.close()
     server = MaxServer(f"http://127.0.0.1:{port}", proc, log_path)
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise MaxCliError(f"`max serve` exited {proc.returncode}:\n{server.log()[-4000:]}")
-        try:
-            if httpx.get(server.base_url + "/health", timeout=2).status_code == 200:
-                return server
-        except httpx.TransportError:
-            pass
-        time.sleep(1)
-    server.stop()
-    raise MaxCliError(f"`max serve` not healthy after {timeout_s}s:\n{server.log()[-4000:]}")
+    try:
+        wait_healthy(server.base_url, proc, log_path, timeout_s)
+    except RuntimeError as exc:
+        server.stop()
+        raise MaxCliError(f"`max serve` did not start: {exc}") from exc
+    return server

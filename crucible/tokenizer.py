@@ -16,8 +16,15 @@ from crucible.registry import ModelSource
 Message = dict[str, str]
 
 
-def _cache_dir() -> Path:
+def cache_dir() -> Path:
+    """Crucible's on-disk cache: $CRUCIBLE_CACHE_DIR or ~/.cache/crucible."""
     return Path(os.environ.get("CRUCIBLE_CACHE_DIR", Path.home() / ".cache" / "crucible"))
+
+
+def file_key(path: Path) -> str:
+    """A cache key for a file's current content: its resolved path, size and mtime."""
+    st = path.stat()
+    return hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
 
 
 def load_tokenizer(source: ModelSource):
@@ -26,9 +33,8 @@ def load_tokenizer(source: ModelSource):
 
     if source.format == "hf":
         return AutoTokenizer.from_pretrained(source.path)
-    st = source.path.stat()
-    key = hashlib.sha256(f"{source.path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
-    cached = _cache_dir() / "tokenizers" / key
+    key = file_key(source.path)
+    cached = cache_dir() / "tokenizers" / key
     if (cached / "tokenizer_config.json").is_file():
         return AutoTokenizer.from_pretrained(cached)
     tok = AutoTokenizer.from_pretrained(source.path.parent, gguf_file=source.path.name)

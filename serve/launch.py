@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -10,7 +9,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from crucible.proc import child_env
+from crucible.proc import child_env, free_port
 
 
 @dataclass(frozen=True)
@@ -24,15 +23,9 @@ class Server:
         return self.base_url + "/v1"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_server(model: str, *extra: str, api_key: str | None = None, timeout_s: float = 900) -> Server:
     """Starts `crucible serve` and waits until /health says ok (503 while loading is expected)."""
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "crucible.cli", "serve", "--model", model, "--port", str(port), *extra]
     if api_key:
         cmd += ["--api-key", api_key]
