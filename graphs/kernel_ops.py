@@ -23,6 +23,7 @@ QUANT_BLOCKS: dict[str, tuple[int, int]] = {
     "f16": (1, 2),      # IEEE half per element
 }
 QType = Literal["q4_0", "q4_1", "q8_0", "f16"]
+ActQuant = Literal["f32", "q8"]
 MatmulVariant = Literal["auto", "gemv", "gemm", "tiled", "tensor_core"]
 
 
@@ -45,7 +46,8 @@ def matmul(x: TensorValue, w: TensorValue, variant: MatmulVariant = "auto") -> T
     return ops.custom("crucible.matmul", _device(x), [x, w], [out], parameters={"variant": variant})[0].tensor
 
 
-def qmatmul(x: TensorValue, wq: TensorValue, n_out: int, k_in: int, qtype: QType) -> TensorValue:
+def qmatmul(x: TensorValue, wq: TensorValue, n_out: int, k_in: int, qtype: QType,
+            act: ActQuant = "f32") -> TensorValue:
     """y = x @ dequant(wq)^T with wq holding GGUF blocks byte for byte.
 
     Args:
@@ -54,6 +56,9 @@ def qmatmul(x: TensorValue, wq: TensorValue, n_out: int, k_in: int, qtype: QType
         n_out: N.
         k_in: K (a multiple of the block size).
         qtype: Block format of wq.
+        act: "f32" keeps x in float32; "q8" quantizes x to int8 per 32-value block on the CPU
+            decode path (M <= 32) and uses integer dot products (kernels/qdot_int8.mojo). Block
+            formats only: f16 weights always use "f32".
 
     Returns:
         [M, N] float32.
@@ -63,8 +68,13 @@ def qmatmul(x: TensorValue, wq: TensorValue, n_out: int, k_in: int, qtype: QType
         raise ValueError(f"{qtype}: K={k_in} is not a multiple of the block size {block}")
     if int(wq.shape[1]) != k_in // block * nbytes or int(wq.shape[0]) != n_out:
         raise ValueError(f"{qtype}: weight bytes {list(wq.shape)} do not hold [{n_out}, {k_in}]")
+    if act not in ("f32", "q8"):
+        raise ValueError(f"act must be 'f32' or 'q8', got {act!r}")
+    if qtype == "f16" or _device(x).is_gpu():
+        act = "f32"  # the int8 path exists for block formats on CPU; the op asserts the same
     out = TensorType(x.dtype, [x.shape[0], n_out], device=_device(x))
-    return ops.custom("crucible.qmatmul", _device(x), [x, wq], [out], parameters={"qtype": qtype})[0].tensor
+    return ops.custom("crucible.qmatmul", _device(x), [x, wq], [out],
+                      parameters={"qtype": qtype, "act": act})[0].tensor
 
 
 def embedding(ids: TensorValue, table: TensorValue, hidden: int, qtype: str) -> TensorValue:

@@ -49,10 +49,11 @@ class _WeightBinder:
         return lin, w, b
 
 
-def _project(x: TensorValue, bound: tuple[Linear, TensorValue, TensorValue | None]) -> TensorValue:
+def _project(x: TensorValue, bound: tuple[Linear, TensorValue, TensorValue | None],
+             act: K.ActQuant = "f32") -> TensorValue:
     # x: [T, K] -> [T, N]
     lin, w, b = bound
-    y = K.matmul(x, w) if lin.qtype == "f32" else K.qmatmul(x, w, lin.n_out, lin.k_in, lin.qtype)
+    y = K.matmul(x, w) if lin.qtype == "f32" else K.qmatmul(x, w, lin.n_out, lin.k_in, lin.qtype, act)
     return y + b if b is not None else y
 
 
@@ -67,7 +68,8 @@ def _single_device_kv(unflattened):
 
 
 def build_graph(cfg: ModelConfig, weights: ModelWeights, kv_params, device: DeviceRef,
-                kernels_path, logits: Literal["rows", "last_token"] = "rows") -> tuple[Graph, dict[str, np.ndarray]]:
+                kernels_path, logits: Literal["rows", "last_token"] = "rows",
+                activations: K.ActQuant = "f32") -> tuple[Graph, dict[str, np.ndarray]]:
     """Builds the decoder graph.
 
     Args:
@@ -79,6 +81,7 @@ def build_graph(cfg: ModelConfig, weights: ModelWeights, kv_params, device: Devi
         logits: "rows" takes the rows to compute logits for as the third input (our engine);
             "last_token" takes MAX's return_n_logits there and returns each sequence's last row
             (MAX's pipeline with ReturnLogits.LAST_TOKEN).
+        activations: Activation format of the quantized projections' decode path (kernel_ops.qmatmul).
 
     Returns:
         The graph and the weights registry to load it with.
@@ -109,7 +112,7 @@ def build_graph(cfg: ModelConfig, weights: ModelWeights, kv_params, device: Devi
         for i, layer in enumerate(weights.layers):
             p = f"layers.{i}."
             x = K.rmsnorm(h, binder.add(p + "attn_norm", layer.attn_norm), cfg.rms_norm_eps)
-            qkv = _project(x, binder.linear(p + "qkv", layer.qkv))  # [T, (Hq + 2 Hkv) D]
+            qkv = _project(x, binder.linear(p + "qkv", layer.qkv), activations)  # [T, (Hq + 2 Hkv) D]
             q, k, v = ops.split(qkv, [hq * d, hkv * d, hkv * d], axis=1)
             q = K.rope(ops.reshape(q, [n_tokens, hq, d]), inv_freq, offsets, kv.cache_lengths,
                        cfg.rope_interleaved)
@@ -118,15 +121,15 @@ def build_graph(cfg: ModelConfig, weights: ModelWeights, kv_params, device: Devi
             K.kv_cache_write(kv.kv_blocks, k, ops.reshape(v, [n_tokens, hkv, d]), offsets,
                              kv.cache_lengths, kv.lookup_table, i)
             attn = K.attention_paged(q, kv.kv_blocks, offsets, kv.cache_lengths, kv.lookup_table, i)
-            h = h + _project(ops.reshape(attn, [n_tokens, hq * d]), binder.linear(p + "o_proj", layer.o_proj))
+            h = h + _project(ops.reshape(attn, [n_tokens, hq * d]), binder.linear(p + "o_proj", layer.o_proj), activations)
             x = K.rmsnorm(h, binder.add(p + "ffn_norm", layer.ffn_norm), cfg.rms_norm_eps)
-            gu = _project(x, binder.linear(p + "gate_up", layer.gate_up))  # [T, 2I]
-            h = h + _project(K.silu_mul(gu), binder.linear(p + "down", layer.down))
+            gu = _project(x, binder.linear(p + "gate_up", layer.gate_up), activations)  # [T, 2I]
+            h = h + _project(K.silu_mul(gu), binder.linear(p + "down", layer.down), activations)
         h = K.rmsnorm(h, binder.add("final_norm", weights.final_norm), cfg.rms_norm_eps)
         h_sel = ops.gather(h, logit_rows, axis=0)  # [num_logits, H]
         if weights.lm_head is weights.embedding:
             head = (emb, emb_w, None)
         else:
             head = binder.linear("lm_head", weights.lm_head)
-        graph.output(_project(h_sel, head))
+        graph.output(_project(h_sel, head, activations))
     return graph, binder.registry

@@ -29,16 +29,24 @@ class ModelOptions:
     Attributes:
         device: "cpu" or "gpu".
         page_size: KV cache page size in tokens (multiple of 128).
+        activations: "q8" quantizes activations to int8 per 32-value block in the CPU decode path (up
+            to 32 rows) of the matmuls over GGUF block weights (Q4_0/Q4_1/Q8_0), as llama.cpp does:
+            faster, with a small extra error; "f32" keeps them float. Float weights always use float.
     """
 
     device: str = "cpu"
     page_size: int = PAGE_SIZE
+    activations: str = "f32"
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "gpu"):
             raise ValueError(f"device must be cpu or gpu, got {self.device!r}")
         if self.page_size % 128 or self.page_size <= 0:
             raise ValueError("page_size must be a positive multiple of 128")
+        if self.activations not in ("f32", "q8"):
+            raise ValueError(f"activations must be f32 or q8, got {self.activations!r}")
+        if self.activations == "q8" and self.device != "cpu":
+            raise ValueError("activations='q8' is a CPU kernel variant; the GPU kernels use float activations")
 
 
 class CrucibleModel:
@@ -69,7 +77,8 @@ class CrucibleModel:
         )
         self.kernels = kernel_package()
         self.session = session or InferenceSession(devices=[self.device])
-        graph, registry = build_graph(self.config, self.weights, self.kv_params, ref, self.kernels.path)
+        graph, registry = build_graph(self.config, self.weights, self.kv_params, ref, self.kernels.path,
+                                      activations=options.activations)
         self.ops: list[OpRecord] = graph_ops(graph)
         start = time.perf_counter()
         self.model = self.session.load(graph, weights_registry=registry)
@@ -78,7 +87,8 @@ class CrucibleModel:
     @property
     def provenance(self) -> dict[str, object]:
         """Which kernels this model runs (ours or MAX's), on which target, from which kernel build."""
-        return {**summary(self.ops), "kernel_build": self.kernels.content_hash, "device": self.options.device}
+        return {**summary(self.ops), "kernel_build": self.kernels.content_hash, "device": self.options.device,
+                "activations": self.options.activations}
 
     def execute(self, tokens: np.ndarray, row_offsets: np.ndarray, logit_rows: np.ndarray,
                 kv_inputs: list) -> np.ndarray:

@@ -5,7 +5,8 @@
 # parameters of the op (passed from Python through ops.custom(parameters=...)), never copies.
 #
 #   crucible.matmul          matmul.mojo          y[M,N] = x[M,K] @ W[N,K]^T
-#   crucible.qmatmul         qmatmul.mojo         y = x @ dequant(Wq)^T, Wq in GGUF blocks (Q4_0/Q4_1/Q8_0/F16)
+#   crucible.qmatmul         qmatmul.mojo         y = x @ dequant(Wq)^T, Wq in GGUF blocks (Q4_0/Q4_1/Q8_0/F16);
+#                                                 act="q8": int8 activations on CPU (qdot_int8.mojo)
 #   crucible.embedding       embedding.mojo       rows of a float or GGUF-block table
 #   crucible.attention_ragged  attention.mojo     causal GQA prefill over a ragged batch (contiguous K/V)
 #   crucible.attention_paged   attention.mojo     prefill-with-history and decode from MAX's paged KV cache

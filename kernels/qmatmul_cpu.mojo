@@ -1,24 +1,40 @@
 # CPU quantized matmul: y[M, N] = x[M, K] @ dequant(Wq)^T, Wq rows of GGUF blocks (quant.mojo).
 #
 #   qgemv  M <= 32 (decode, and batched decode up to 32 sequences). Memory-bound on the quantized
-#          bytes: R weight rows are streamed together, each block decoded once in registers. For M = 1
-#          the block's scale multiplies the combined products (Q4: per-block offset via x's block
-#          sums; Q8_0/F16: dot_block); for M > 1 the block is decoded to floats once and reused by up
-#          to 8 rows; M > 8 runs in groups of 8 rows, each streaming the weights again.
+#          bytes. M = 1 streams one weight row at a time (two accumulator chains, software prefetch
+#          1 KB ahead); the block's scale multiplies the combined products (Q4: per-block offset via
+#          x's block sums; Q8_0/F16: dot_block). For M > 1 each block is decoded to floats once and
+#          reused by up to 8 rows (2 weight rows in flight); M > 8 runs in groups of <= 8 rows, each
+#          streaming the weights again.
+#   qgemv, act = "q8"  the same passes with x quantized to int8 per block and integer block dot
+#          products (qdot_int8.mojo); one weight row in flight.
 #   gemm   M > 32 (prefill). The fp32 GEMM of matmul_cpu.mojo with a packing step that decodes blocks
 #          into the KC x NR micro-panel; the float weights never exist beyond that panel.
 # Why 32: decode steps of SmolLM2 measured 17 ms at 8 sequences but 54 ms at 9 through the GEMM
 # (packing decodes every block into memory and small M cannot amortize it); groups of 8 cost one
 # weight pass per group, which stays cheaper than the GEMM up to about 32 rows (16 sequences:
 # 58 -> 30 ms; 32: 76 -> 60 ms). One pass of 16 rows (R = 1) measured slower than two of 8.
+# Why one row at a time for M = 1: with 4 rows in flight a core read 11 GB/s from DRAM, with one row
+# 21 GB/s (23.7 with the prefetch); SmolLM2's batch-1 decode step went from 11.9 to 6.0 ms.
 
 from max.gpu.host import DeviceContext
+from std.sys import PrefetchOptions, prefetch
 
 from .common import BytePtr, F32, Ptr, ceil_div, cpu_threads, load_f16_as_f32, parallel_for, scratch
 from .matmul_cpu import GEMV_MAX_M, gemm_cpu
 
 comptime QGEMV_MAX_M = 32
 from .quant import HALF, QBLOCK, block_bytes, decode_block, dot_block
+from .qdot_int8 import I8Ptr, dot_u8_i8, quantize_rows_q8
+
+
+comptime PREFETCH_BYTES = 1024
+
+
+@always_inline
+def _prefetch_ahead(p: BytePtr):
+    comptime if PREFETCH_BYTES > 0:
+        prefetch[PrefetchOptions().for_read().high_locality()](p.unsafe_offset(PREFETCH_BYTES))
 
 
 @always_inline
@@ -27,31 +43,47 @@ def _qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
 ):
     # y[m, n0:n0+R] = x[m, :] . dequant(W[n0:n0+R, :]) for m < MROWS. xsum[b] = sum of x[0, block b].
     comptime bb = block_bytes[qtype]()
+    comptime U = 2 if MROWS * R <= 2 else 1
     var acc = Array[SIMD[F32, HALF], MROWS * R](fill=SIMD[F32, HALF](0))
     comptime if MROWS == 1 and (qtype == "q4_0" or qtype == "q4_1"):
         # Decode fast path: nibbles are used unsigned and the block's offset term (-8 d for Q4_0, m for
         # Q4_1) is applied once per block through the block sum of x, as a scalar. Per block and row:
         # 2 conversions, 1 multiply, 2 FMAs; the scale multiplies the combined products once.
         comptime head = 2 if qtype == "q4_0" else 4
-        var offset = Array[Float32, R](fill=0)
-        for b in range(K // QBLOCK):
-            var x0 = x.unsafe_load[width=HALF](b * QBLOCK)
-            var x1 = x.unsafe_load[width=HALF](b * QBLOCK + HALF)
-            var sb = xsum[unsafe_offset=b]
-            comptime for r in range(R):
-                var blk = w.unsafe_offset((n0 + r) * row_bytes + b * bb)
-                var q = blk.unsafe_offset(head).unsafe_load[width=HALF](0)
-                var t = (q >> 4).cast[F32]().fma(x1, (q & 0xF).cast[F32]() * x0)
-                var d = load_f16_as_f32(blk)
-                acc[r] = t.fma(SIMD[F32, HALF](d), acc[r])
-                comptime if qtype == "q4_0":
-                    offset[r] -= 8.0 * d * sb
-                else:
-                    offset[r] += load_f16_as_f32(blk.unsafe_offset(2)) * sb
+        # U independent accumulators per row (blocks b, b + 1, ...): one FMA chain per row would
+        # bound a row at one block per FMA latency (~4 cycles, 20 bytes: ~18 GB/s per core).
+        var accu = Array[SIMD[F32, HALF], U * R](fill=SIMD[F32, HALF](0))
+        var offset = Array[Float32, U * R](fill=0)
+        var nb = K // QBLOCK
+        var b0 = 0
+        while b0 < nb:
+            comptime for u in range(U):
+                var b = b0 + u
+                if b < nb:
+                    var x0 = x.unsafe_load[width=HALF](b * QBLOCK)
+                    var x1 = x.unsafe_load[width=HALF](b * QBLOCK + HALF)
+                    var sb = xsum[unsafe_offset=b]
+                    comptime for r in range(R):
+                        var blk = w.unsafe_offset((n0 + r) * row_bytes + b * bb)
+                        _prefetch_ahead(blk)
+                        var q = blk.unsafe_offset(head).unsafe_load[width=HALF](0)
+                        var t = (q >> 4).cast[F32]().fma(x1, (q & 0xF).cast[F32]() * x0)
+                        var d = load_f16_as_f32(blk)
+                        accu[u * R + r] = t.fma(SIMD[F32, HALF](d), accu[u * R + r])
+                        comptime if qtype == "q4_0":
+                            offset[u * R + r] -= 8.0 * d * sb
+                        else:
+                            offset[u * R + r] += load_f16_as_f32(blk.unsafe_offset(2)) * sb
+            b0 += U
         comptime for r in range(R):
-            y[unsafe_offset=n0 + r] = acc[r].reduce_add() + offset[r]
+            var total = accu[r].reduce_add() + offset[r]
+            comptime for u in range(1, U):
+                total += accu[u * R + r].reduce_add() + offset[u * R + r]
+            y[unsafe_offset=n0 + r] = total
         return
     for b in range(K // QBLOCK):
+        comptime for r in range(R):
+            _prefetch_ahead(w.unsafe_offset((n0 + r) * row_bytes + b * bb))
         comptime if MROWS == 1:
             var x0 = x.unsafe_load[width=HALF](b * QBLOCK)
             var x1 = x.unsafe_load[width=HALF](b * QBLOCK + HALF)
@@ -69,25 +101,94 @@ def _qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
             y[unsafe_offset=m * N + n0 + r] = acc[m * R + r].reduce_add()
 
 
-def _qgemv_m[MROWS: Int, qtype: StaticString](
+@always_inline
+def _qgemv_rows_q8[MROWS: Int, R: Int, qtype: StaticString](
+    qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], w: BytePtr, row_bytes: Int, y: Ptr[F32], n0: Int, N: Int, K: Int
+):
+    # y[m, n0:n0+R] for m < MROWS from int8 activations (qdot_int8.mojo): per block and row one integer
+    # dot product per x row, scaled by d * dx; the offset term (Q4_1 m, Q4_0 -8d, Q8_0 -128d) times sx.
+    comptime bb = block_bytes[qtype]()
+    comptime head = 4 if qtype == "q4_1" else 2
+    var nb = K // QBLOCK
+    # U accumulator sets over consecutive blocks when few rows are in flight (see _qgemv_rows).
+    comptime U = 2 if MROWS * R <= 2 else 1
+    var acc = Array[SIMD[F32, 8], U * MROWS * R](fill=SIMD[F32, 8](0))
+    var offset = Array[Float32, U * MROWS * R](fill=0)
+    var b0 = 0
+    while b0 < nb:
+        comptime for u in range(U):
+            var b = b0 + u
+            if b < nb:
+                comptime for r in range(R):
+                    var blk = w.unsafe_offset((n0 + r) * row_bytes + b * bb)
+                    _prefetch_ahead(blk)
+                    var wq: SIMD[DType.uint8, 32]
+                    comptime if qtype == "q8_0":
+                        wq = blk.unsafe_offset(2).unsafe_load[width=32](0) ^ 0x80
+                    else:
+                        var q = blk.unsafe_offset(head).unsafe_load[width=HALF](0)
+                        wq = (q & 0xF).join(q >> 4)
+                    var d = load_f16_as_f32(blk)
+                    var coef: Float32
+                    comptime if qtype == "q4_1":
+                        coef = load_f16_as_f32(blk.unsafe_offset(2))
+                    elif qtype == "q4_0":
+                        coef = -8.0 * d
+                    else:
+                        coef = -128.0 * d
+                    comptime for m in range(MROWS):
+                        comptime i = (u * MROWS + m) * R + r
+                        var xb = qx.unsafe_offset(m * K + b * QBLOCK).unsafe_load[width=32](0)
+                        var dp = dot_u8_i8(SIMD[DType.int32, 8](0), wq, xb)
+                        acc[i] = dp.cast[F32]().fma(SIMD[F32, 8](d * dx[unsafe_offset=m * nb + b]), acc[i])
+                        offset[i] += coef * sx[unsafe_offset=m * nb + b]
+        b0 += U
+    comptime for m in range(MROWS):
+        comptime for r in range(R):
+            var total = Float32(0)
+            comptime for u in range(U):
+                total += acc[(u * MROWS + m) * R + r].reduce_add() + offset[(u * MROWS + m) * R + r]
+            y[unsafe_offset=m * N + n0 + r] = total
+
+
+def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
     y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, N: Int, K: Int, ctx: DeviceContext
 ) raises:
-    comptime R = 4 if MROWS <= 2 else 2
+    # One weight row at a time for M = 1: streaming R rows side by side measured half the bandwidth
+    # (R = 4: 11 GB/s per core from DRAM vs 21 GB/s for R = 1; the hardware prefetcher follows one
+    # stream per core far better). For M > 1 the float path is compute-bound and R = 2 reuses each x
+    # load (8 rows: 9.4 ms -> 7.3 ms for SmolLM2's 120 projections); the int8 path measured no gain.
+    comptime R = 1 if MROWS == 1 or act == "q8" else 2
+    comptime int8_act = act == "q8"
     var tasks = 1 if N * row_bytes < 65536 else cpu_threads() * 2
     var per = ceil_div(ceil_div(N, tasks), R) * R
-    # Block sums of the (first) x row, for the Q4 decode path's offset term.
-    var xsum = scratch[F32](K // QBLOCK)
-    for b in range(K // QBLOCK):
-        xsum[unsafe_offset=b] = (x.unsafe_load[width=HALF](b * QBLOCK) + x.unsafe_load[width=HALF](b * QBLOCK + HALF)).reduce_add()
+    var nb = K // QBLOCK
+    # Float path: block sums of the (first) x row, for the Q4 decode path's offset term.
+    # Int8 path: x quantized per block (qdot_int8.mojo), once per call, shared by all tasks.
+    var xsum = scratch[F32](nb)
+    var qx = rebind[I8Ptr](scratch[DType.int8](MROWS * K if int8_act else 1))
+    var dx = scratch[F32](MROWS * nb if int8_act else 1)
+    var sx = scratch[F32](MROWS * nb if int8_act else 1)
+    comptime if int8_act:
+        quantize_rows_q8(x, MROWS, K, qx, dx, sx)
+    else:
+        for b in range(nb):
+            xsum[unsafe_offset=b] = (x.unsafe_load[width=HALF](b * QBLOCK) + x.unsafe_load[width=HALF](b * QBLOCK + HALF)).reduce_add()
 
-    def task(t: Int) {var y, var x, var xsum, var w, var row_bytes, var N, var K, var per}:
+    def task(t: Int) {var y, var x, var xsum, var qx, var dx, var sx, var w, var row_bytes, var N, var K, var per}:
         var n = t * per
         var end = min(N, n + per)
         while n + R <= end:
-            _qgemv_rows[MROWS, R, qtype](x, xsum, w, row_bytes, y, n, N, K)
+            comptime if int8_act:
+                _qgemv_rows_q8[MROWS, R, qtype](qx, dx, sx, w, row_bytes, y, n, N, K)
+            else:
+                _qgemv_rows[MROWS, R, qtype](x, xsum, w, row_bytes, y, n, N, K)
             n += R
         while n < end:
-            _qgemv_rows[MROWS, 1, qtype](x, xsum, w, row_bytes, y, n, N, K)
+            comptime if int8_act:
+                _qgemv_rows_q8[MROWS, 1, qtype](qx, dx, sx, w, row_bytes, y, n, N, K)
+            else:
+                _qgemv_rows[MROWS, 1, qtype](x, xsum, w, row_bytes, y, n, N, K)
             n += 1
 
     if tasks == 1:
@@ -95,12 +196,18 @@ def _qgemv_m[MROWS: Int, qtype: StaticString](
     else:
         parallel_for(task, tasks, ctx)
     xsum.unsafe_free()
+    qx.unsafe_free()
+    dx.unsafe_free()
+    sx.unsafe_free()
 
 
-def qmatmul_cpu[qtype: StaticString](
+def qmatmul_cpu[qtype: StaticString, act: StaticString](
     y: Ptr[F32], x: Ptr[F32], w: BytePtr, M: Int, N: Int, K: Int, ctx: DeviceContext
 ) raises:
-    """y = x @ dequant(w)^T; K must be a multiple of 32 (checked by the op)."""
+    """y = x @ dequant(w)^T; K must be a multiple of 32 (checked by the op).
+
+    act "q8" quantizes x to int8 per block on the decode path (M <= 32); the GEMM keeps float32.
+    """
     var row_bytes = (K // QBLOCK) * block_bytes[qtype]()
     if M > QGEMV_MAX_M:
         gemm_cpu[qtype](y, x, w, row_bytes, M, N, K, ctx)
@@ -112,5 +219,5 @@ def qmatmul_cpu[qtype: StaticString](
         var rows = ceil_div(M - m0, groups)
         comptime for m in range(1, GEMV_MAX_M + 1):
             if rows == m:
-                _qgemv_m[m, qtype](y + m0 * N, x + m0 * K, w, row_bytes, N, K, ctx)
+                _qgemv_m[m, qtype, act](y + m0 * N, x + m0 * K, w, row_bytes, N, K, ctx)
         m0 += rows

@@ -38,6 +38,7 @@ class EngineConfig:
         max_step_tokens: New tokens per step; long prompts are prefilled in chunks of at most this.
         kv_cache_gib: Memory for the paged KV cache.
         max_seq_len: Prompt + completion limit per request (None: the model's context length).
+        activations: "f32" or "q8" (int8 activations in the CPU decode matmuls; ModelOptions).
     """
 
     model: str = "smollm2-135m"
@@ -46,6 +47,7 @@ class EngineConfig:
     max_step_tokens: int = 512
     kv_cache_gib: float = 1.0
     max_seq_len: int | None = None
+    activations: str = "f32"
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1 or self.max_step_tokens < self.max_batch_size:
@@ -69,7 +71,8 @@ class LLMEngine:
         from crucible.tokenizer import load_tokenizer
 
         self.config = config
-        self.model = model or CrucibleModel(config.model, ModelOptions(device=config.device))
+        self.model = model or CrucibleModel(config.model, ModelOptions(device=config.device,
+                                                                         activations=config.activations))
         self.tokenizer = tokenizer or load_tokenizer(self.model.source)
         cfg = self.model.config
         page = self.model.options.page_size

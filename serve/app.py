@@ -36,6 +36,7 @@ class ServerConfig:
         max_body_bytes: Largest request body before 413.
         api_key: When set, /v1/* needs "Authorization: Bearer <key>".
         kv_cache_gib: KV cache memory.
+        activations: "f32" or "q8" (int8 activations in the CPU decode matmuls).
     """
 
     model: str = "smollm2-135m"
@@ -46,6 +47,7 @@ class ServerConfig:
     max_body_bytes: int = 1 << 20
     api_key: str | None = None
     kv_cache_gib: float = 1.0
+    activations: str = "f32"
 
 
 @dataclass
@@ -68,7 +70,8 @@ def _make_engine(cfg: ServerConfig):
     from pipelines.engine import EngineConfig, LLMEngine
 
     return LLMEngine(EngineConfig(model=cfg.model, device=cfg.device, max_batch_size=cfg.max_batch_size,
-                                  max_step_tokens=max(512, cfg.max_batch_size), kv_cache_gib=cfg.kv_cache_gib))
+                                  max_step_tokens=max(512, cfg.max_batch_size), kv_cache_gib=cfg.kv_cache_gib,
+                                  activations=cfg.activations))
 
 
 def _load(state: ServerState) -> None:

@@ -8,6 +8,10 @@ Tolerances (u = unit roundoff: 2^-24 for fp32, 2^-8 for bf16):
 - Quantized weights: the reference is the gguf package's dequantization of the same bytes, so the
   bound is the fp32 one, not a quantization-error one; a misread block layout fails it by orders of
   magnitude (checked explicitly).
+- qmatmul act=q8 (int8 activations, CPU): checked twice. Against the reference on x quantized the
+  way the kernel does (reference.quantize_activations_q8), with the fp32 bound: the integer block
+  products are exact, so only float rounding remains. And against the exact float reference with
+  the bound sum_k |x_k - xq_k| |w_k| + the fp32 bound: the activation rounding error, worst case.
 - rmsnorm, silu_mul: a few fp32 ulps of the result: 8 * u * |ref| + 1e-6.
 - rope: the angle pos * inv_freq is formed in fp32, as transformers does: error <= 2 * u * pos * |x|.
 - attention: outputs are convex combinations of V rows; fp32 softmax and accumulation over n keys
@@ -92,8 +96,15 @@ def check_matmul(h: Harness, dtype: str, variants: tuple[str, ...]) -> list[Case
     return out
 
 
+def qmatmul_acts(h: Harness, qtype: str) -> tuple[str, ...]:
+    """Activation variants of qmatmul checked on this target: int8 activations exist for block
+    formats on CPU only."""
+    return ("f32", "q8") if h.target == "cpu" and qtype != "f16" else ("f32",)
+
+
 def qmatmul_graph(h: Harness, qtype: str):
-    """qmatmul for one block format, symbolic in M, N and the row bytes."""
+    """qmatmul for one block format, symbolic in M, N and the row bytes; one output per activation
+    variant (qmatmul_acts)."""
     from max.dtype import DType
     from max.graph import TensorType, ops
 
@@ -103,7 +114,7 @@ def qmatmul_graph(h: Harness, qtype: str):
         n_out = w.tensor.shape[0]
         out_type = TensorType(f32, [x.tensor.shape[0], n_out], device=h.ref)
         return [ops.custom("crucible.qmatmul", h.ref, [x.tensor, w.tensor], [out_type],
-                           parameters={"qtype": qtype})[0].tensor]
+                           parameters={"qtype": qtype, "act": act})[0].tensor for act in qmatmul_acts(h, qtype)]
 
     return h.model(f"qmatmul_{qtype}", [TensorType(f32, ["m", "k"], device=h.ref),
                                         TensorType(DType.uint8, ["n", "kb"], device=h.ref)], build)
@@ -121,10 +132,19 @@ def check_qmatmul(h: Harness, qtype: str) -> list[CaseResult]:
         wq = R.quantize(rng.standard_normal((n, k)).astype(np.float32), qtype)
         wd = R.dequantize(wq, qtype, n, k)
         ref = x.astype(np.float64) @ wd.T
-        y = h.run(model, [x, wq])[0]
+        ys = h.run(model, [x, wq])
+        y = ys[0]
         bound = _dot_bound(x, wd, ref, False)
         out.append(result(h, "crucible.qmatmul", qtype, "float32", f"M={m} K={k} N={n}",
                           _ratio(np.abs(y - ref), bound), 1.0))
+        if len(ys) > 1 and m <= 32:  # act=q8 changes only the decode path (M <= 32)
+            xq = R.quantize_activations_q8(x)
+            ref_q = xq @ wd.T
+            out.append(result(h, "crucible.qmatmul", qtype + ":act=q8", "int8 x",
+                              f"M={m} K={k} N={n}", _ratio(np.abs(ys[1] - ref_q), _dot_bound(xq, wd, ref_q, False)), 1.0))
+            act_bound = np.abs(x.astype(np.float64) - xq) @ np.abs(wd).T + bound
+            out.append(result(h, "crucible.qmatmul", qtype + ":act=q8-vs-float", "int8 x",
+                              f"M={m} K={k} N={n}", _ratio(np.abs(ys[1] - ref), act_bound), 1.0))
         if qtype in ("q4_0", "q4_1") and (m, k, n) == (7, 576, 1536):
             wrong = x.astype(np.float64) @ R.dequantize_nibbles_swapped(wq, qtype, n, k).T
             # The control must fail: the kernel output is far from the misread-layout reference.

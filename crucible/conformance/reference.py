@@ -34,6 +34,19 @@ def quantize(w: np.ndarray, qtype: str) -> np.ndarray:
     return gguf.quants.quantize(w.astype(np.float32), gguf.GGMLQuantizationType[qtype.upper()])
 
 
+def quantize_activations_q8(x: np.ndarray) -> np.ndarray:
+    """x [M, K] as the int8-activation path sees it: per 32-value block, d = max|x| / 127 and
+    q = round-half-even(x * (127 / max|x|)) in float32, returned dequantized (d * q) in float64."""
+    m, k = x.shape
+    blocks = x.astype(np.float32).reshape(m, k // 32, 32)
+    amax = np.abs(blocks).max(-1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax > 0, np.float32(127.0) / amax, np.float32(0.0)).astype(np.float32)
+    q = np.round(blocks * inv)
+    d = (amax / np.float32(127.0)).astype(np.float32)
+    return (q.astype(np.float64) * d.astype(np.float64)).reshape(m, k)
+
+
 def dequantize_nibbles_swapped(wq: np.ndarray, qtype: str, n_out: int, k_in: int) -> np.ndarray:
     """A plausible misreading of Q4 blocks (high nibble first): the conformance test shows our bounds
     are tight enough to tell it apart from the real layout."""

@@ -32,6 +32,11 @@ def test_qmatmul(cpu_harness: Harness, qtype: str) -> None:
     if qtype in ("q4_0", "q4_1"):
         # The control case exists: a misread nibble order would have been caught.
         assert any("misread-layout-is-detected" in r.variant for r in results)
+    if qtype != "f16":
+        # int8 activations: every decode-path shape (M <= 32) against both references.
+        q8 = [r for r in results if ":act=q8" in r.variant]
+        decode_shapes = sum(1 for r in results if r.variant == qtype and int(r.shape.split()[0][2:]) <= 32)
+        assert len(q8) == 2 * decode_shapes and decode_shapes >= 5 * 4
 
 
 def test_rmsnorm_rope_silu(cpu_harness: Harness) -> None:
