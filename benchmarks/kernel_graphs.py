@@ -55,6 +55,30 @@ class GraphSet:
 
         return self.get(f"qmm_{qtype}", types, build)
 
+    def chain(self, system: str, qtype: str, copies: int):
+        """`copies` independent y_i = x @ W_i^T in one graph (W_i distinct buffers, one per input), so a
+        timed execute is `copies` ops reading their weights from memory, with one execute overhead.
+
+        system: "crucible" (crucible.qmatmul for a block qtype, crucible.matmul for "f32") or "max"
+        (ops.matmul, qtype "f32" only).
+        """
+        f32 = DType.float32
+        wdt = f32 if qtype == "f32" else DType.uint8
+        wcols = "k" if qtype == "f32" else "kb"  # float weights are [N, K]; block rows are bytes
+        types = [TensorType(f32, ["m", "k"], device=self.ref)] + [
+            TensorType(wdt, ["n", wcols], device=self.ref) for _ in range(copies)]
+
+        def one(x, w):
+            if system == "max":
+                return ops.matmul(x, ops.transpose(w, 0, 1))
+            if qtype == "f32":
+                return K.matmul(x, w)
+            out = TensorType(f32, [x.shape[0], w.shape[0]], device=self.ref)
+            return ops.custom("crucible.qmatmul", self.ref, [x, w], [out], parameters={"qtype": qtype})[0].tensor
+
+        return self.get(f"chain_{system}_{qtype}_{copies}", types,
+                        lambda x, *ws: [one(x.tensor, w.tensor) for w in ws])
+
     def rmsnorm(self, system: str, dtype: DType):
         types = [TensorType(dtype, ["t", "h"], device=self.ref), TensorType(dtype, ["h"], device=self.ref)]
         if system == "crucible":

@@ -89,8 +89,10 @@ def _load(state: ServerState) -> None:
         name = cfg.served_name or (Path(cfg.model).name if Path(cfg.model).exists() else cfg.model)
         fallbacks = ",".join(prov["hot_path_fallbacks"]) or "none"
         state.model_name = name
-        state.fingerprint = f"crucible-{prov['kernel_build']}-{prov['device']}"
-        state.kernels_header = f"build={prov['kernel_build']}; device={prov['device']}; ops=crucible; fallbacks={fallbacks}"
+        act = "" if prov["activations"] == "f32" else f"-{prov['activations']}"
+        state.fingerprint = f"crucible-{prov['kernel_build']}-{prov['device']}{act}"
+        state.kernels_header = (f"build={prov['kernel_build']}; device={prov['device']}; ops=crucible; "
+                                f"activations={prov['activations']}; fallbacks={fallbacks}")
         state.bridge = EngineBridge(engine, cfg.max_in_flight)
     except Exception as exc:  # noqa: BLE001 - reported by /health
         state.load_error = f"{exc!r}\n{traceback.format_exc()}"

@@ -55,3 +55,13 @@ def test_missing_system_is_skipped_not_met() -> None:
     t = {x["target"]: x for x in check_targets(report.summary())}
     assert t["decode batch 1: crucible / llama.cpp >= 1.0x"]["met"] is None
     assert "SKIPPED" in format_report(report, list(t.values()))
+
+
+def test_int8_variant_gets_its_own_targets() -> None:
+    report = _report()
+    assert not any("crucible-q8" in t["target"] for t in check_targets(report.summary()))
+    report.samples += [Sample("crucible-q8", rep, 700, d, 512, 128) for rep, d in enumerate((150, 160, 155))]
+    t = {x["target"]: x for x in check_targets(report.summary())}
+    assert t["decode batch 1: crucible-q8 / llama.cpp >= 1.0x"]["value"] == pytest.approx(155 / 130)
+    assert t["decode batch 1: crucible / llama.cpp >= 1.0x"]["value"] == pytest.approx(145 / 130)
+    assert "crucible-q8" in format_report(report, list(t.values()))

@@ -34,6 +34,7 @@ def test_chat_plain_reports_usage_and_kernels(server) -> None:
     assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens
     assert resp.system_fingerprint.startswith("crucible-")
     assert "fallbacks=none" in raw.headers["x-crucible-kernels"]
+    assert "activations=f32" in raw.headers["x-crucible-kernels"]
 
 
 def test_chat_streaming_equals_plain(server) -> None:
