@@ -7,7 +7,9 @@ A plain read-bandwidth probe on a buffer 8x the last-level cache runs in the sam
 ceiling for the memory-bound rows. The speed targets of the kernel issue are checked at the end.
 
 Times are per graph execution and include MAX's fixed per-execute cost (the same for every system,
-printed as exec_overhead_us).
+printed as exec_overhead_us). Because that cost exceeds a small decode op (576 x 1536 in Q4 is 0.5 MB),
+the target shape also gets "chain" rows: one graph running the op on distinct weight copies totalling
+64 MB (beyond the L3), as a model's layers do, reporting time / copies for every system.
 """
 
 from __future__ import annotations

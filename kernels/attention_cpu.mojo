@@ -8,6 +8,10 @@
 # few tiles and long contexts (decode), the keys are split across tasks as well (flash-decoding) and
 # the partial results are merged in a second pass, so both cores stay busy for one sequence.
 # head_dim D is a compile-time parameter (64 or 128) so a row's output stays in registers.
+# Tiles of 4+ rows (prefill) transpose each key block once into kt[D, BK] and compute BK scores per row
+# with BK / FW independent vector FMA chains instead of one horizontal sum per score; value rows of a
+# block inside one page are addressed by stride, not by a page lookup per row and key. With ROWS = 48
+# (16 tokens of a 3-head group) SmolLM2's 512-token prefill went 455 -> 382 ms (attention 147 -> ~90).
 
 from std.math import exp, sqrt
 from max.gpu.host import DeviceContext
@@ -15,7 +19,7 @@ from max.gpu.host import DeviceContext
 from .common import F32, FW, Ptr, ceil_div, cpu_threads, parallel_for, scratch
 from .kv_layout import KVView
 
-comptime ROWS = 16        # query rows (tokens x heads of one kv group) per tile
+comptime ROWS = 48        # query rows (tokens x heads of one kv group) per tile; scratch ~40 KB (L1)
 comptime BK = 64          # keys per score block
 comptime NEG_INF = Float32(-3.0e38)
 
@@ -31,7 +35,7 @@ def _dot[D: Int](a: Ptr[F32], b: Ptr[F32]) -> Float32:
 def _tile[D: Int](
     q: Ptr[F32], kv: KVView[F32], b: Int, g: Int, G: Int, Hq: Int, seq_start: Int, ctx_start: Int,
     t0: Int, t1: Int, k_lo: Int, k_hi: Int, scale: Float32,
-    o_part: Ptr[F32], ml_part: Ptr[F32], scores: Ptr[F32],
+    o_part: Ptr[F32], ml_part: Ptr[F32], scores: Ptr[F32], kt: Ptr[F32],
 ):
     # Rows r = (t - t0) * G + h' for tokens t in [t0, t1) (ragged rows) and heads g*G + h'. Query t
     # sits at position ctx_start + t - seq_start and sees keys [k_lo, min(k_hi, pos + 1)).
@@ -47,19 +51,48 @@ def _tile[D: Int](
     var j0 = k_lo
     while j0 < k_end:
         var j1 = min(k_end, j0 + BK)
-        # Scores: each key row is loaded once and dotted with every query row of the tile.
-        for j in range(j0, j1):
-            var kp = kv.key(b, seq_start, j, g)
+        var n = j1 - j0
+        if rows >= 4 and n >= FW:
+            # Prefill tiles: the key block is transposed once into kt[d, jj] so every row computes FW
+            # scores per vector FMA (no horizontal sum per score, ~3x fewer instructions than dots).
+            for jj in range(n):
+                var kp = kv.key(b, seq_start, j0 + jj, g)
+                for d in range(D):
+                    kt[unsafe_offset=d * BK + jj] = kp[unsafe_offset=d]
+            for jj in range(n, BK):
+                for d in range(D):
+                    kt[unsafe_offset=d * BK + jj] = 0
             for r in range(rows):
                 var t = t0 + r // G
                 var pos = ctx_start + t - seq_start
-                var s = NEG_INF
-                if j <= pos:
-                    var qp = q.unsafe_offset((t * Hq + g * G + r % G) * D)
-                    s = _dot[D](qp, kp) * scale
-                scores[unsafe_offset=r * BK + (j - j0)] = s
+                var qp = q.unsafe_offset((t * Hq + g * G + r % G) * D)
+                var srow = scores.unsafe_offset(r * BK)
+                # BK / FW independent accumulators: one FMA chain would wait on FMA latency every step.
+                var acc = Array[SIMD[F32, FW], BK // FW](fill=SIMD[F32, FW](0))
+                for d in range(D):
+                    var qd = SIMD[F32, FW](qp[unsafe_offset=d])
+                    comptime for c in range(BK // FW):
+                        acc[c] = qd.fma(kt.unsafe_load[width=FW](d * BK + c * FW), acc[c])
+                comptime for c in range(BK // FW):
+                    srow.unsafe_store(c * FW, acc[c] * scale)
+                if j1 - 1 > pos:  # causal edge: keys in this row's future
+                    for jj in range(max(0, pos + 1 - j0), n):
+                        srow[unsafe_offset=jj] = NEG_INF
+        else:
+            # Scores: each key row is loaded once and dotted with every query row of the tile.
+            for j in range(j0, j1):
+                var kp = kv.key(b, seq_start, j, g)
+                for r in range(rows):
+                    var t = t0 + r // G
+                    var pos = ctx_start + t - seq_start
+                    var s = NEG_INF
+                    if j <= pos:
+                        var qp = q.unsafe_offset((t * Hq + g * G + r % G) * D)
+                        s = _dot[D](qp, kp) * scale
+                    scores[unsafe_offset=r * BK + (j - j0)] = s
         # Online softmax and P @ V, one row at a time with its output in registers.
-        var n = j1 - j0
+        var v_first = kv.value(b, seq_start, j0, g)
+        var v_run = not kv.paged or (j0 // kv.page_size == (j1 - 1) // kv.page_size)
         for r in range(rows):
             var srow = scores.unsafe_offset(r * BK)
             var m_old = ml_part[unsafe_offset=2 * r]
@@ -90,7 +123,8 @@ def _tile[D: Int](
                 var pj = srow[unsafe_offset=j]
                 if pj == 0:
                     continue
-                var vp = kv.value(b, seq_start, j0 + j, g)
+                # Inside one page (or ragged K/V) value rows are slot_stride apart: no page lookup.
+                var vp = v_first.unsafe_offset(j * kv.slot_stride) if v_run else kv.value(b, seq_start, j0 + j, g)
                 comptime for i in range(D // FW):
                     acc[i] = vp.unsafe_load[width=FW](i * FW).fma(SIMD[F32, FW](pj), acc[i])
             comptime for i in range(D // FW):
@@ -138,7 +172,7 @@ def attention_cpu[D: Int](
                 tile_b[unsafe_offset=3 * i + 2] = Int64(t)
                 i += 1
                 t += tq
-    var per_task = ROWS * D + 2 * ROWS + ROWS * BK
+    var per_task = ROWS * D + 2 * ROWS + ROWS * BK + D * BK
     var work = scratch[F32](n_tiles * splits * per_task)
 
     def task(id: Int) {var o, var q, var kv, var offsets, var cache_lens, var has_cache, var Hq, var G, var tq, var scale,
@@ -157,8 +191,9 @@ def attention_cpu[D: Int](
         var o_part = mem
         var ml = mem.unsafe_offset(ROWS * D)
         var sc = ml.unsafe_offset(2 * ROWS)
+        var kt = sc.unsafe_offset(ROWS * BK)
         _tile[D](q, kv, b, g, G, Hq, seq_start, ctx_start, t0, t1, split * chunk,
-                 min(n_keys, (split + 1) * chunk), scale, o_part, ml, sc)
+                 min(n_keys, (split + 1) * chunk), scale, o_part, ml, sc, kt)
         if splits == 1:
             for r in range((t1 - t0) * G):
                 var t = t0 + r // G
