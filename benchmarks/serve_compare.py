@@ -93,11 +93,12 @@ def run_system(system: str, cfg: ServeCompareConfig, source, log_dir: Path, log=
         server = start_server(str(source.path), "--max-batch-size", str(top), "--max-queue", str(4 * top))
         try:
             # Generation responses carry the kernel build header (/v1/models does not).
+            served = _served_id(server.base_url)
             probe = httpx.post(server.v1 + "/chat/completions", timeout=60, json={
-                "model": _served_id(server.base_url), "max_tokens": 1,
+                "model": served, "max_tokens": 1,
                 "messages": [{"role": "user", "content": "hi"}]})
             kernels = probe.headers.get("x-crucible-kernels", "")
-            return run(server.base_url, _served_id(server.base_url), cfg.levels), {
+            return run(server.base_url, served, cfg.levels), {
                 "kernels": kernels, "weights": source.path.name}
         finally:
             stop_server(server)
