@@ -41,6 +41,8 @@ class E2EConfig:
         reps: Repetitions of the whole interleaved round.
         systems: Which of SYSTEMS to run.
         build_llama_cpp: Build llama.cpp if it is not cached (~15 min on 2 cores).
+        tune_threads: Crucible re-prioritizes MAX's CPU runtime threads (graphs/cpu_threads.py); False
+            measures it with MAX's defaults. Process-wide: one setting per run.
     """
 
     model: str = "smollm2-135m"
@@ -49,6 +51,7 @@ class E2EConfig:
     reps: int = 3
     systems: tuple[str, ...] = SYSTEMS
     build_llama_cpp: bool = False
+    tune_threads: bool = True
 
     def __post_init__(self) -> None:
         unknown = set(self.systems) - set(SYSTEMS)
@@ -115,13 +118,14 @@ def chat_prompt_of_length(tokenizer, n_tokens: int) -> tuple[str, list[int]]:
 class CrucibleRunner:
     """Our model loaded once; each run is a fresh sequence: one prefill step, then gen - 1 decodes."""
 
-    def __init__(self, model: str, system: str = "crucible", session=None) -> None:
+    def __init__(self, model: str, system: str = "crucible", session=None, tune_threads: bool = True) -> None:
         from crucible.registry import resolve_model
         from graphs.model import CrucibleModel, ModelOptions
 
         self.system = system
         self.source = resolve_model(model)
-        self.model = CrucibleModel(self.source, ModelOptions(activations=CRUCIBLE_SYSTEMS[system]), session=session)
+        options = ModelOptions(activations=CRUCIBLE_SYSTEMS[system], tune_threads=tune_threads)
+        self.model = CrucibleModel(self.source, options, session=session)
 
     def warm_up(self, prompt_ids: list[int]) -> None:
         """One untimed prefill + decode: the first execution of a new shape allocates and warms
@@ -176,7 +180,7 @@ def run_e2e(cfg: E2EConfig, log=print) -> E2EReport:
     for system in CRUCIBLE_SYSTEMS:
         if system in cfg.systems:
             log(f"{system}: loading and compiling ...")
-            runner = CrucibleRunner(cfg.model, system, session)
+            runner = CrucibleRunner(cfg.model, system, session, cfg.tune_threads)
             session = runner.model.session  # one session (one thread pool) for both variants
             runner.warm_up(ids)
             runners[system] = runner
@@ -213,6 +217,9 @@ def run_e2e(cfg: E2EConfig, log=print) -> E2EReport:
                 s = llama_cpp_sample(runners["llama.cpp"], source.path, cfg.prompt_tokens, cfg.gen_tokens, rep)
             report.samples.append(s)
             log(f"  prefill {s.prefill_tok_s:8.1f} tok/s   decode {s.decode_tok_s:7.1f} tok/s")
+    for system in CRUCIBLE_SYSTEMS:
+        if system in runners:
+            report.notes[f"{system}_cpu_threads"] = runners[system].model.provenance["cpu_threads"]
     return report
 
 
@@ -241,7 +248,8 @@ def format_report(report: E2EReport, targets: list[dict[str, object]]) -> str:
     s = report.summary()
     lines = [f"batch 1, prompt {report.notes.get('prompt_tokens_chat')} tokens (llama.cpp: "
              f"{report.config.prompt_tokens}), decode {report.config.gen_tokens} tokens, "
-             f"{report.config.reps} interleaved reps; medians [min-max]",
+             f"{report.config.reps} interleaved reps; medians [min-max]; crucible's CPU threads: "
+             f"{report.notes.get('crucible_cpu_threads', 'n/a')}",
              f"{'system':<13}{'prefill tok/s':>24}{'decode tok/s':>24}{'gen':>6}"]
     for system, e in s.items():
         lines.append(f"{system:<13}{e['prefill_tok_s']:>10.1f} [{e['prefill_tok_s_min']:.0f}-{e['prefill_tok_s_max']:.0f}]"

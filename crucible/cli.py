@@ -179,7 +179,8 @@ def cmd_bench_e2e(args: argparse.Namespace) -> int:
     from crucible.versions import version_matrix
 
     cfg = E2EConfig(model=args.model, prompt_tokens=args.prompt_tokens, gen_tokens=args.gen_tokens,
-                    reps=args.reps, systems=tuple(args.systems.split(",")), build_llama_cpp=args.build_llama_cpp)
+                    reps=args.reps, systems=tuple(args.systems.split(",")), build_llama_cpp=args.build_llama_cpp,
+                    tune_threads=not args.no_thread_tuning)
     report = run_e2e(cfg, log=lambda msg: print(msg, flush=True))
     targets = check_targets(report.summary())
     print(format_report(report, targets))
@@ -272,6 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--build-llama-cpp", action="store_true",
                    help="build llama.cpp from the llama-cpp-python sdist if not cached (~15 min on 2 cores)")
+    p.add_argument("--no-thread-tuning", action="store_true",
+                   help="leave MAX's CPU runtime threads at their default priorities (the baseline of graphs/cpu_threads.py)")
     p.add_argument("--out", default="bench-out", help="folder for e2e.json and e2e.png")
     p.set_defaults(func=cmd_bench_e2e)
     p = bench_sub.add_parser("serve", help="load-test servers: crucible, max serve, llama-server (or --url)")

@@ -15,6 +15,7 @@ import numpy as np
 from crucible.kernel_build import kernel_package
 from crucible.registry import ModelSource, resolve_model
 from graphs.config import ModelConfig, load_config
+from graphs.cpu_threads import CpuThreadTuner
 from graphs.llama import build_graph
 from graphs.provenance import OpRecord, graph_ops, summary
 from graphs.weights import ModelWeights, load_weights
@@ -32,11 +33,15 @@ class ModelOptions:
         activations: "q8" quantizes activations to int8 per 32-value block in the CPU decode path (up
             to 32 rows) of the matmuls over GGUF block weights (Q4_0/Q4_1/Q8_0), as llama.cpp does:
             faster, with a small extra error; "f32" keeps them float. Float weights always use float.
+        tune_threads: On CPU, lower the priority of MAX's runtime threads once they are seen (see
+            graphs/cpu_threads.py: busy-waiting workers otherwise delay the thread that drives each step).
+            Process-wide, and not undone for later models.
     """
 
     device: str = "cpu"
     page_size: int = PAGE_SIZE
     activations: str = "f32"
+    tune_threads: bool = True
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "gpu"):
@@ -83,12 +88,13 @@ class CrucibleModel:
         start = time.perf_counter()
         self.model = self.session.load(graph, weights_registry=registry)
         self.compile_seconds = time.perf_counter() - start
+        self.thread_tuner = CpuThreadTuner(options.tune_threads and options.device == "cpu")
 
     @property
     def provenance(self) -> dict[str, object]:
         """Which kernels this model runs (ours or MAX's), on which target, from which kernel build."""
         return {**summary(self.ops), "kernel_build": self.kernels.content_hash, "device": self.options.device,
-                "activations": self.options.activations}
+                "activations": self.options.activations, "cpu_threads": self.thread_tuner.status}
 
     def execute(self, tokens: np.ndarray, row_offsets: np.ndarray, logit_rows: np.ndarray,
                 kv_inputs: list) -> np.ndarray:
@@ -107,5 +113,5 @@ class CrucibleModel:
 
         args = [Buffer.from_numpy(np.ascontiguousarray(a)).to(self.device)
                 for a in (tokens.astype(np.int64), row_offsets.astype(np.uint32), logit_rows.astype(np.int64))]
-        out = self.model.execute(*args, *kv_inputs)[0]
+        out = self.thread_tuner.execute(lambda: self.model.execute(*args, *kv_inputs))[0]
         return out.to(CPU()).to_numpy()

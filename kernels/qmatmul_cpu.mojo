@@ -20,11 +20,11 @@
 from max.gpu.host import DeviceContext
 from std.sys import PrefetchOptions, prefetch
 
-from .common import BytePtr, F32, Ptr, ceil_div, cpu_threads, load_f16_as_f32, parallel_for, scratch
+from .common import BytePtr, F32, Ptr, ceil_div, cpu_threads, parallel_for, scratch
 from .matmul_cpu import GEMV_MAX_M, gemm_cpu
 
 comptime QGEMV_MAX_M = 32
-from .quant import HALF, QBLOCK, block_bytes, decode_block, dot_block
+from .quant import HALF, QBLOCK, block_bytes, block_scales, decode_block, dot_block
 from .qdot_int8 import I8Ptr, dot_u8_i8, quantize_rows_q8
 
 
@@ -68,12 +68,12 @@ def _qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
                         _prefetch_ahead(blk)
                         var q = blk.unsafe_offset(head).unsafe_load[width=HALF](0)
                         var t = (q >> 4).cast[F32]().fma(x1, (q & 0xF).cast[F32]() * x0)
-                        var d = load_f16_as_f32(blk)
-                        accu[u * R + r] = t.fma(SIMD[F32, HALF](d), accu[u * R + r])
+                        var dm = block_scales(blk)  # (d, m) for Q4_1
+                        accu[u * R + r] = t.fma(SIMD[F32, HALF](dm[0]), accu[u * R + r])
                         comptime if qtype == "q4_0":
-                            offset[u * R + r] -= 8.0 * d * sb
+                            offset[u * R + r] -= 8.0 * dm[0] * sb
                         else:
-                            offset[u * R + r] += load_f16_as_f32(blk.unsafe_offset(2)) * sb
+                            offset[u * R + r] += dm[1] * sb
             b0 += U
         comptime for r in range(R):
             var total = accu[r].reduce_add() + offset[r]
@@ -128,10 +128,11 @@ def _qgemv_rows_q8[MROWS: Int, R: Int, qtype: StaticString](
                     else:
                         var q = blk.unsafe_offset(head).unsafe_load[width=HALF](0)
                         wq = (q & 0xF).join(q >> 4)
-                    var d = load_f16_as_f32(blk)
+                    var dm = block_scales(blk)  # (d, m) for Q4_1
+                    var d = dm[0]
                     var coef: Float32
                     comptime if qtype == "q4_1":
-                        coef = load_f16_as_f32(blk.unsafe_offset(2))
+                        coef = dm[1]
                     elif qtype == "q4_0":
                         coef = -8.0 * d
                     else:

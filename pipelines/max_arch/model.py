@@ -25,6 +25,7 @@ from max.pipelines.lib import CompilationTimer, ModelInputs, ModelOutputs
 from crucible.kernel_build import kernel_package
 from crucible.registry import ModelSource
 from graphs.config import load_config
+from graphs.cpu_threads import CpuThreadTuner
 from graphs.llama import build_graph
 from graphs.provenance import graph_ops, summary
 from graphs.weights import load_weights
@@ -61,6 +62,7 @@ class CrucibleLlamaModel(Llama3Model):
 
     provenance: dict[str, Any]
     _largest_batch: int = 0
+    _thread_tuner: CpuThreadTuner
 
     def load_model(self, session: InferenceSession) -> Model:
         """Builds, compiles and loads Crucible's decoder into MAX's session.
@@ -95,6 +97,7 @@ class CrucibleLlamaModel(Llama3Model):
         self._weight_arrays = (weights, registry)
         self.provenance = {**summary(graph_ops(graph)), "kernel_build": kernels.content_hash,
                            "device": str(self.device_refs[0].device_type).lower()}
+        self._thread_tuner = CpuThreadTuner(self.provenance["device"] == "cpu")
         logger.info("Crucible decoder from %s: %s", source.path, self.provenance)
         return compiled
 
@@ -105,4 +108,5 @@ class CrucibleLlamaModel(Llama3Model):
         if n_seqs > self._largest_batch:
             self._largest_batch = n_seqs
             logger.info("Crucible decoder: largest batch so far %d sequences", n_seqs)
-        return super().execute(model_inputs)
+        # MAX's runtime threads get their priorities on the first steps (graphs/cpu_threads.py).
+        return self._thread_tuner.execute(lambda: super(CrucibleLlamaModel, self).execute(model_inputs))

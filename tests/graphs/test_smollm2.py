@@ -6,6 +6,8 @@ difference (measured: ~9e-5) and the same top-1 at every position.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -46,6 +48,15 @@ def test_smollm2_every_hot_op_is_ours_and_weights_stay_quantized(smollm2_model) 
     assert smollm2_model.weights.nbytes <= 1.05 * file_bytes
     assert smollm2_model.weights.layers[0].qkv.qtype == "q4_1"
     assert smollm2_model.weights.embedding.qtype == "q8_0"
+
+
+@pytest.mark.slow
+def test_smollm2_steps_reprioritize_max_threads(smollm2_model, smollm2_ref) -> None:
+    """After a prefill the model has found MAX's runtime workers and its execution helper (graphs/cpu_threads)."""
+    ids = smollm2_ref.chat_prompt_ids([{"role": "user", "content": QUESTIONS[1]}])
+    greedy_generate(smollm2_model, [ids], 4)
+    status = smollm2_model.provenance["cpu_threads"]
+    assert re.fullmatch(r"workers nice 19 \([1-9]\d*\), helpers idle \([1-9]\d*\)", status), status
 
 
 @pytest.mark.slow
