@@ -189,6 +189,28 @@ def cmd_bench_e2e(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_threads(args: argparse.Namespace) -> int:
+    """Batch-1 decode with and without the CPU thread priorities, in alternating child processes."""
+    import json
+    from pathlib import Path
+
+    from benchmarks.thread_tuning import ThreadBenchConfig, format_summary, run_thread_bench
+    from crucible.versions import version_matrix
+
+    cfg = ThreadBenchConfig(model=args.model, context=args.context, steps=args.steps, sessions=args.sessions,
+                            rounds=args.rounds)
+    summary = run_thread_bench(cfg, log=lambda msg: print(msg, flush=True))
+    print(format_summary(cfg, summary))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "threads.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"config": cfg.__dict__, "summary": summary, "versions": version_matrix("cpu")}, indent=1))
+    tmp.replace(path)
+    print(f"wrote {path}")
+    return 0
+
+
 def cmd_qualify(args: argparse.Namespace) -> int:
     """Writes a qualification record (JSON + Markdown) for a model on a target."""
     from pathlib import Path
@@ -277,6 +299,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="leave MAX's CPU runtime threads at their default priorities (the baseline of graphs/cpu_threads.py)")
     p.add_argument("--out", default="bench-out", help="folder for e2e.json and e2e.png")
     p.set_defaults(func=cmd_bench_e2e)
+    p = bench_sub.add_parser("threads", help="batch-1 decode with and without Crucible's CPU thread priorities")
+    p.add_argument("--model", default="smollm2-135m", help="registry name or model path")
+    p.add_argument("--context", type=int, default=512, help="prompt tokens before decoding")
+    p.add_argument("--steps", type=int, default=64, help="decode steps per session")
+    p.add_argument("--sessions", type=int, default=3, help="sessions per child process")
+    p.add_argument("--rounds", type=int, default=3, help="child processes per configuration, alternating")
+    p.add_argument("--out", default="bench-out", help="folder for threads.json")
+    p.set_defaults(func=cmd_bench_threads)
     p = bench_sub.add_parser("serve", help="load-test servers: crucible, max serve, llama-server (or --url)")
     p.add_argument("--url", default=None, help="root URL of a running server (loopback) instead of spawning")
     p.add_argument("--systems", default="crucible,max,llama.cpp", help="servers to spawn in turn")

@@ -1,0 +1,128 @@
+"""`crucible bench threads`: batch-1 decode with and without Crucible's CPU thread priorities.
+
+graphs/cpu_threads.py gives MAX's runtime workers nice 19 and its execution helper SCHED_IDLE. A process
+without CAP_SYS_NICE cannot take that back, so each configuration runs in its own child process, and
+the children alternate (untuned, tuned, untuned, ...) so slow drifts of a shared machine hit both alike.
+Each child loads the model, warms up, then runs `steps` greedy decode steps after a prompt of
+`context` tokens, `sessions` times, and prints one JSON line: the prefill times and every decode
+step's time, measured around the whole step as an engine runs it (KV inputs, execute, argmax).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+CONFIGS = ("untuned", "tuned")
+
+
+@dataclass(frozen=True)
+class ThreadBenchConfig:
+    """What to run.
+
+    Attributes:
+        model: Registry name or model path.
+        context: Prompt tokens before decoding (synthetic ids).
+        steps: Decode steps per session.
+        sessions: Sessions per child process.
+        rounds: Child processes per configuration (they alternate).
+    """
+
+    model: str = "smollm2-135m"
+    context: int = 512
+    steps: int = 64
+    sessions: int = 3
+    rounds: int = 3
+
+    def __post_init__(self) -> None:
+        if self.context < 1 or self.steps < 2 or self.sessions < 1 or self.rounds < 1:
+            raise ValueError("need context >= 1, steps >= 2, sessions >= 1 and rounds >= 1")
+
+
+def child(cfg: ThreadBenchConfig, tuned: bool) -> dict[str, object]:
+    """Runs in the child process: one configuration's sessions. Returns seconds per prefill and step."""
+    from max import tree
+    from max.pipelines.context import TextContext, TokenBuffer
+    from max.pipelines.modeling.types import RequestID
+
+    from graphs.generate import make_step_batch, new_kv_manager
+    from graphs.model import CrucibleModel, ModelOptions
+
+    model = CrucibleModel(cfg.model, ModelOptions(tune_threads=tuned))
+    vocab = model.config.vocab_size
+    prefills: list[float] = []
+    steps: list[float] = []
+    for session in range(cfg.sessions + 1):  # session 0 warms up (first executions allocate)
+        total = cfg.context + cfg.steps + 8
+        manager = new_kv_manager(model, 1, total)
+        ids = (np.arange(cfg.context, dtype=np.int64) * 7919 + 1000) % vocab
+        ctx = TextContext(request_id=RequestID(), max_length=total, tokens=TokenBuffer(ids))
+        manager.claim(ctx)
+        for i in range(cfg.steps + 1):
+            start = time.perf_counter()
+            manager.alloc(ctx)
+            kv = tree.flatten(manager.runtime_inputs([[ctx]]))[0]
+            batch = make_step_batch([np.asarray(ctx.tokens.active, dtype=np.int64)])
+            logits = model.execute(batch.tokens, batch.row_offsets, batch.logit_rows, kv)
+            ctx.update(int(np.argmax(logits[0])))
+            manager.step(ctx)
+            if session > 0:
+                (prefills if i == 0 else steps).append(time.perf_counter() - start)
+        manager.release(ctx)
+    return {"config": "tuned" if tuned else "untuned", "cpu_threads": model.provenance["cpu_threads"],
+            "prefill_s": prefills, "step_s": steps}
+
+
+def run_thread_bench(cfg: ThreadBenchConfig, log=print) -> dict[str, dict[str, object]]:
+    """Alternates child processes of both configurations; returns per-configuration summaries."""
+    samples: dict[str, dict[str, list]] = {c: {"prefill_s": [], "step_s": [], "cpu_threads": []} for c in CONFIGS}
+    for r in range(cfg.rounds):
+        for config in CONFIGS:
+            log(f"round {r + 1}/{cfg.rounds}: {config} ...")
+            cmd = [sys.executable, "-m", "benchmarks.thread_tuning", config, cfg.model, str(cfg.context),
+                   str(cfg.steps), str(cfg.sessions)]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{config} child failed ({proc.returncode}): {proc.stderr[-2000:]}")
+            out = json.loads(proc.stdout.strip().splitlines()[-1])
+            samples[config]["prefill_s"] += out["prefill_s"]
+            samples[config]["step_s"] += out["step_s"]
+            samples[config]["cpu_threads"].append(out["cpu_threads"])
+            log(f"  mean step {np.mean(out['step_s']) * 1e3:.2f} ms ({out['cpu_threads']})")
+    summary = {}
+    for config, s in samples.items():
+        steps = np.asarray(s["step_s"]) * 1e3
+        summary[config] = {
+            "decode_tok_s": float(1e3 / steps.mean()), "step_ms_mean": float(steps.mean()),
+            "step_ms_median": float(np.median(steps)), "step_ms_p90": float(np.percentile(steps, 90)),
+            "step_ms_p99": float(np.percentile(steps, 99)), "steps": int(steps.size),
+            "prefill_ms_median": float(np.median(s["prefill_s"]) * 1e3), "cpu_threads": sorted(set(s["cpu_threads"])),
+        }
+    return summary
+
+
+def format_summary(cfg: ThreadBenchConfig, summary: dict[str, dict[str, object]]) -> str:
+    lines = [f"{cfg.model}, batch 1, {cfg.context}-token prompt then {cfg.steps} decode steps x {cfg.sessions} "
+             f"sessions x {cfg.rounds} alternating processes per configuration; step = KV inputs + execute + argmax",
+             f"{'config':<10}{'decode tok/s':>14}{'mean ms':>10}{'median':>9}{'p90':>8}{'p99':>8}{'prefill ms':>12}  threads"]
+    for config, s in summary.items():
+        lines.append(f"{config:<10}{s['decode_tok_s']:>14.1f}{s['step_ms_mean']:>10.2f}{s['step_ms_median']:>9.2f}"
+                     f"{s['step_ms_p90']:>8.2f}{s['step_ms_p99']:>8.2f}{s['prefill_ms_median']:>12.1f}  "
+                     f"{', '.join(s['cpu_threads'])}")
+    ratio = summary["tuned"]["decode_tok_s"] / summary["untuned"]["decode_tok_s"]
+    lines.append(f"tuned / untuned decode tok/s: {ratio:.2f}x")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    # Child mode: python -m benchmarks.thread_tuning {tuned|untuned} MODEL CONTEXT STEPS SESSIONS
+    config, model, context, steps, sessions = sys.argv[1:6]
+    if config not in CONFIGS:
+        raise SystemExit(f"unknown configuration {config!r}; choose from {', '.join(CONFIGS)}")
+    result = child(ThreadBenchConfig(model, int(context), int(steps), int(sessions), 1), config == "tuned")
+    print(json.dumps(result))
