@@ -55,18 +55,22 @@ class GraphSet:
 
         return self.get(f"qmm_{qtype}", types, build)
 
-    def chain(self, system: str, qtype: str, copies: int):
-        """`copies` independent y_i = x @ W_i^T in one graph (W_i distinct buffers, one per input), so a
-        timed execute is `copies` ops reading their weights from memory, with one execute overhead.
+    def chain(self, system: str, qtype: str, copies: int, k: int, n: int):
+        """`copies` matmuls in sequence, as a model's layers run them: x_0 [1, k] is the input,
+        y_i = x_i @ W_i^T [1, n] with W_i a distinct buffer (one input each), and x_{i+1} is y_i cut or
+        repeated to k columns (a MAX slice, plus a concat when n < k; the same glue for every system).
+        One output, so a timed execute is `copies` ops reading their weights from memory, with one
+        execute overhead. (Independent ops with one output each measured ~6 us more per op: MAX hands
+        every output back to Python.)
 
         system: "crucible" (crucible.qmatmul for a block qtype, crucible.matmul for "f32") or "max"
         (ops.matmul, qtype "f32" only).
         """
         f32 = DType.float32
         wdt = f32 if qtype == "f32" else DType.uint8
-        wcols = "k" if qtype == "f32" else "kb"  # float weights are [N, K]; block rows are bytes
-        types = [TensorType(f32, ["m", "k"], device=self.ref)] + [
-            TensorType(wdt, ["n", wcols], device=self.ref) for _ in range(copies)]
+        wcols = k if qtype == "f32" else k // 32 * {"q4_0": 18, "q4_1": 20, "q8_0": 34}[qtype]
+        types = [TensorType(f32, [1, k], device=self.ref)] + [
+            TensorType(wdt, [n, wcols], device=self.ref) for _ in range(copies)]
 
         def one(x, w):
             if system == "max":
@@ -76,8 +80,18 @@ class GraphSet:
             out = TensorType(f32, [x.shape[0], w.shape[0]], device=self.ref)
             return ops.custom("crucible.qmatmul", self.ref, [x, w], [out], parameters={"qtype": qtype})[0].tensor
 
-        return self.get(f"chain_{system}_{qtype}_{copies}", types,
-                        lambda x, *ws: [one(x.tensor, w.tensor) for w in ws])
+        def to_k(y):
+            if n < k:
+                y = ops.concat([y] * -(-k // n), axis=1)
+            return ops.slice_tensor(y, [slice(None), slice(0, k)])
+
+        def build(x, *ws):
+            x = x.tensor
+            for w in ws:
+                x = to_k(one(x, w.tensor))
+            return [x]
+
+        return self.get(f"chain_{system}_{qtype}_{copies}_{k}_{n}", types, build)
 
     def rmsnorm(self, system: str, dtype: DType):
         types = [TensorType(dtype, ["t", "h"], device=self.ref), TensorType(dtype, ["h"], device=self.ref)]

@@ -8,8 +8,8 @@ ceiling for the memory-bound rows. The speed targets of the kernel issue are che
 
 Times are per graph execution and include MAX's fixed per-execute cost (the same for every system,
 printed as exec_overhead_us). Because that cost exceeds a small decode op (576 x 1536 in Q4 is 0.5 MB),
-the target shape also gets "chain" rows: one graph running the op on distinct weight copies totalling
-64 MB (beyond the L3), as a model's layers do, reporting time / copies for every system.
+the target shape also gets "chain" rows: one graph running the op in sequence on distinct weight copies
+totalling 64 MB (beyond the L3), as a model's layers do, reporting time / copies for every system.
 """
 
 from __future__ import annotations
@@ -193,7 +193,8 @@ class KernelBench:
 
     def chain_rows(self, m: int, k: int, n: int, min_bytes: int = 64 << 20) -> None:
         """Decode-sized matmuls as a model runs them: distinct weight copies totalling >= min_bytes
-        (2x this machine's 32 MB L3), one op per copy in one graph; time per op = time / copies.
+        (2x this machine's 32 MB L3), one op per copy in sequence in one graph (GraphSet.chain); time
+        per op = time / copies, including a slice that feeds each output to the next op.
 
         A single small op (576 x 1536 in Q4 is 0.5 MB) takes less time than MAX's fixed per-execute
         cost (~17 us), which the one-op rows include; in a model, 120 such ops share one execute and
@@ -201,6 +202,8 @@ class KernelBench:
         """
         from crucible.conformance.reference import dequantize, quantize
 
+        if m != 1:
+            raise ValueError(f"chain rows are decode rows (M = 1), got M = {m}")
         x = self.rng.standard_normal((m, k)).astype(np.float32)
         w = (self.rng.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
         xb = self._buf(x)
@@ -208,9 +211,9 @@ class KernelBench:
             wq = w if qtype == "f32" else quantize(w, qtype)
             copies = max(2, -(-min_bytes // wq.nbytes))
             bufs = [self._buf(wq.copy()) for _ in range(copies)]
-            systems = {"crucible": self._call(self.graphs.chain("crucible", qtype, copies), [xb, *bufs])}
+            systems = {"crucible": self._call(self.graphs.chain("crucible", qtype, copies, k, n), [xb, *bufs])}
             if qtype == "f32":
-                systems["max"] = self._call(self.graphs.chain("max", "f32", copies), [xb, *bufs])
+                systems["max"] = self._call(self.graphs.chain("max", "f32", copies, k, n), [xb, *bufs])
             timings = {name: Timing(t.median / copies, t.p10 / copies, t.p90 / copies, t.reps)  # per op
                        for name, t in self._time(systems).items()}
             op = "matmul" if qtype == "f32" else "qmatmul"
