@@ -55,7 +55,7 @@ class GraphSet:
 
         return self.get(f"qmm_{qtype}", types, build)
 
-    def chain(self, system: str, qtype: str, copies: int, k: int, n: int):
+    def chain(self, system: str, qtype: str, copies: int, k: int, w_shape: tuple[int, int]):
         """`copies` matmuls in sequence, as a model's layers run them: x_0 [1, k] is the input,
         y_i = x_i @ W_i^T [1, n] with W_i a distinct buffer (one input each), and x_{i+1} is y_i cut or
         repeated to k columns (a MAX slice, plus a concat when n < k; the same glue for every system).
@@ -64,21 +64,18 @@ class GraphSet:
         every output back to Python.)
 
         system: "crucible" (crucible.qmatmul for a block qtype, crucible.matmul for "f32") or "max"
-        (ops.matmul, qtype "f32" only).
+        (ops.matmul, qtype "f32" only). w_shape: each W_i's array shape ([n, k] floats or [n, row bytes]).
         """
         f32 = DType.float32
+        n = w_shape[0]
         wdt = f32 if qtype == "f32" else DType.uint8
-        wcols = k if qtype == "f32" else k // 32 * {"q4_0": 18, "q4_1": 20, "q8_0": 34}[qtype]
         types = [TensorType(f32, [1, k], device=self.ref)] + [
-            TensorType(wdt, [n, wcols], device=self.ref) for _ in range(copies)]
+            TensorType(wdt, list(w_shape), device=self.ref) for _ in range(copies)]
 
         def one(x, w):
             if system == "max":
                 return ops.matmul(x, ops.transpose(w, 0, 1))
-            if qtype == "f32":
-                return K.matmul(x, w)
-            out = TensorType(f32, [x.shape[0], w.shape[0]], device=self.ref)
-            return ops.custom("crucible.qmatmul", self.ref, [x, w], [out], parameters={"qtype": qtype})[0].tensor
+            return K.matmul(x, w) if qtype == "f32" else K.qmatmul(x, w, n, k, qtype)
 
         def to_k(y):
             if n < k:

@@ -200,7 +200,7 @@ class KernelBench:
         cost (~17 us), which the one-op rows include; in a model, 120 such ops share one execute and
         read their weights from DRAM. Every system gets the same treatment.
         """
-        from crucible.conformance.reference import dequantize, quantize
+        from crucible.conformance.reference import quantize
 
         if m != 1:
             raise ValueError(f"chain rows are decode rows (M = 1), got M = {m}")
@@ -211,9 +211,9 @@ class KernelBench:
             wq = w if qtype == "f32" else quantize(w, qtype)
             copies = max(2, -(-min_bytes // wq.nbytes))
             bufs = [self._buf(wq.copy()) for _ in range(copies)]
-            systems = {"crucible": self._call(self.graphs.chain("crucible", qtype, copies, k, n), [xb, *bufs])}
+            systems = {"crucible": self._call(self.graphs.chain("crucible", qtype, copies, k, wq.shape), [xb, *bufs])}
             if qtype == "f32":
-                systems["max"] = self._call(self.graphs.chain("max", "f32", copies, k, n), [xb, *bufs])
+                systems["max"] = self._call(self.graphs.chain("max", "f32", copies, k, wq.shape), [xb, *bufs])
             timings = {name: Timing(t.median / copies, t.p10 / copies, t.p90 / copies, t.reps)  # per op
                        for name, t in self._time(systems).items()}
             op = "matmul" if qtype == "f32" else "qmatmul"

@@ -4,8 +4,8 @@ graphs/cpu_threads.py gives MAX's runtime workers nice 19 and its execution help
 without CAP_SYS_NICE cannot take that back, so each configuration runs in its own child process, and
 the children alternate (untuned, tuned, untuned, ...) so slow drifts of a shared machine hit both alike.
 Each child loads the model, warms up, then runs `steps` greedy decode steps after a prompt of
-`context` tokens, `sessions` times, and prints one JSON line: the prefill times and every decode
-step's time, measured around the whole step as an engine runs it (KV inputs, execute, argmax).
+`context` tokens, `sessions` times (graphs.generate.greedy_generate), and prints one JSON line: the
+prefill times and every decode step's time, measured around the whole step (KV inputs, execute, argmax).
 """
 
 from __future__ import annotations
@@ -46,34 +46,20 @@ class ThreadBenchConfig:
 
 def child(cfg: ThreadBenchConfig, tuned: bool) -> dict[str, object]:
     """Runs in the child process: one configuration's sessions. Returns seconds per prefill and step."""
-    from max import tree
-    from max.pipelines.context import TextContext, TokenBuffer
-    from max.pipelines.modeling.types import RequestID
-
-    from graphs.generate import make_step_batch, new_kv_manager
+    from graphs.generate import greedy_generate
     from graphs.model import CrucibleModel, ModelOptions
 
     model = CrucibleModel(cfg.model, ModelOptions(tune_threads=tuned))
-    vocab = model.config.vocab_size
+    ids = ((np.arange(cfg.context, dtype=np.int64) * 7919 + 1000) % model.config.vocab_size).tolist()
     prefills: list[float] = []
     steps: list[float] = []
     for session in range(cfg.sessions + 1):  # session 0 warms up (first executions allocate)
-        total = cfg.context + cfg.steps + 8
-        manager = new_kv_manager(model, 1, total)
-        ids = (np.arange(cfg.context, dtype=np.int64) * 7919 + 1000) % vocab
-        ctx = TextContext(request_id=RequestID(), max_length=total, tokens=TokenBuffer(ids))
-        manager.claim(ctx)
-        for i in range(cfg.steps + 1):
-            start = time.perf_counter()
-            manager.alloc(ctx)
-            kv = tree.flatten(manager.runtime_inputs([[ctx]]))[0]
-            batch = make_step_batch([np.asarray(ctx.tokens.active, dtype=np.int64)])
-            logits = model.execute(batch.tokens, batch.row_offsets, batch.logit_rows, kv)
-            ctx.update(int(np.argmax(logits[0])))
-            manager.step(ctx)
-            if session > 0:
-                (prefills if i == 0 else steps).append(time.perf_counter() - start)
-        manager.release(ctx)
+        times: list[float] = []
+        start = time.perf_counter()
+        greedy_generate(model, [ids], cfg.steps + 1, step_times=times)
+        if session > 0:
+            prefills.append(times[0] - start)
+            steps.extend(np.diff(times).tolist())
     return {"config": "tuned" if tuned else "untuned", "cpu_threads": model.provenance["cpu_threads"],
             "prefill_s": prefills, "step_s": steps}
 

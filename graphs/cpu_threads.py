@@ -45,7 +45,7 @@ WORKER_NICE = 19
 HELPER_MIN_WAKES_PER_MS = 2.0
 HELPER_MAX_CPU_PER_WAKE_NS = 100_000
 MIN_PROBE_MS = 1.0
-MAX_PROBES = 16
+MAX_PROBES = 16  # executions sampled at most, until the helper is found
 
 
 @dataclass(frozen=True)
@@ -135,13 +135,18 @@ class CpuThreadTuner:
         result = run()
         elapsed_ms = (time.perf_counter() - start) * 1e3
         after = sample_threads()
-        if elapsed_ms >= MIN_PROBE_MS:
-            with self._lock:
+        with self._lock:
+            # Every sampled execution counts, short ones too: sampling /proc costs ~0.1-0.3 ms, so a
+            # model whose steps all stay under MIN_PROBE_MS must not pay it on every step.
+            self._probes += 1
+            if elapsed_ms >= MIN_PROBE_MS:
                 self._tune(before, after, elapsed_ms)
+            if not self._helpers and self._probes == MAX_PROBES and self.enabled:
+                logger.warning("Crucible: MAX's execution helper thread not found in %d executions; status: %s",
+                               MAX_PROBES, self._status)
         return result
 
     def _tune(self, before: dict[int, ThreadSample], after: dict[int, ThreadSample], elapsed_ms: float) -> None:
-        self._probes += 1
         python_tids = {t.native_id for t in threading.enumerate() if t.native_id is not None}
         try:
             for tid, sample in after.items():
@@ -166,6 +171,3 @@ class CpuThreadTuner:
         self._status = f"workers nice {WORKER_NICE} ({len(self._workers)}), helpers idle ({len(self._helpers)})"
         if self._helpers:
             logger.info("Crucible CPU threads: %s", self._status)
-        elif self._probes >= MAX_PROBES:
-            logger.warning("Crucible: MAX's execution helper thread not found in %d executions; only the "
-                           "workers were re-prioritized (%s)", MAX_PROBES, self._status)
