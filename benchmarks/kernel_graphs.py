@@ -44,18 +44,19 @@ class GraphSet:
         return self.get(f"mm_max_{dtype}", types,
                         lambda x, w: [ops.matmul(x.tensor, ops.transpose(w.tensor, 0, 1))])
 
-    def qmatmul(self, qtype: str):
+    def qmatmul(self, qtype: str, act: str = "f32"):
+        """One crucible.qmatmul; act "q8" is the int8-activation variant (decode path, M <= 32)."""
         f32 = DType.float32
         types = [TensorType(f32, ["m", "k"], device=self.ref), TensorType(DType.uint8, ["n", "kb"], device=self.ref)]
 
         def build(x, w):
             out = TensorType(f32, [x.tensor.shape[0], w.tensor.shape[0]], device=self.ref)
             return [ops.custom("crucible.qmatmul", self.ref, [x.tensor, w.tensor], [out],
-                               parameters={"qtype": qtype})[0].tensor]
+                               parameters={"qtype": qtype, "act": act})[0].tensor]
 
-        return self.get(f"qmm_{qtype}", types, build)
+        return self.get(f"qmm_{qtype}_{act}", types, build)
 
-    def chain(self, system: str, qtype: str, copies: int, k: int, w_shape: tuple[int, int]):
+    def chain(self, system: str, qtype: str, copies: int, k: int, w_shape: tuple[int, int], act: str = "f32"):
         """`copies` matmuls in sequence, as a model's layers run them: x_0 [1, k] is the input,
         y_i = x_i @ W_i^T [1, n] with W_i a distinct buffer (one input each), and x_{i+1} is y_i cut or
         repeated to k columns (a MAX slice, plus a concat when n < k; the same glue for every system).
@@ -65,6 +66,7 @@ class GraphSet:
 
         system: "crucible" (crucible.qmatmul for a block qtype, crucible.matmul for "f32") or "max"
         (ops.matmul, qtype "f32" only). w_shape: each W_i's array shape ([n, k] floats or [n, row bytes]).
+        act: crucible.qmatmul's activation variant ("f32" or "q8").
         """
         f32 = DType.float32
         n = w_shape[0]
@@ -75,7 +77,7 @@ class GraphSet:
         def one(x, w):
             if system == "max":
                 return ops.matmul(x, ops.transpose(w, 0, 1))
-            return K.matmul(x, w) if qtype == "f32" else K.qmatmul(x, w, n, k, qtype)
+            return K.matmul(x, w) if qtype == "f32" else K.qmatmul(x, w, n, k, qtype, act)
 
         def to_k(y):
             if n < k:
@@ -88,7 +90,7 @@ class GraphSet:
                 x = to_k(one(x, w.tensor))
             return [x]
 
-        return self.get(f"chain_{system}_{qtype}_{copies}_{k}_{n}", types, build)
+        return self.get(f"chain_{system}_{qtype}_{act}_{copies}_{k}_{n}", types, build)
 
     def rmsnorm(self, system: str, dtype: DType):
         types = [TensorType(dtype, ["t", "h"], device=self.ref), TensorType(dtype, ["h"], device=self.ref)]

@@ -170,7 +170,11 @@ class KernelBench:
                   2.0 * m * k * n, float(elem * (n * k + m * k + m * n)))
         self.rows.append(row.fill(self._time(systems)))
 
-    def qmatmul_rows(self, model: ModelShapes, m: int, name: str, k: int, n: int) -> None:
+    def qmatmul_rows(self, model: ModelShapes, m: int, name: str, k: int, n: int, act: str = "f32") -> None:
+        """crucible.qmatmul for each block format against fp32 matmuls of the dequantized weights.
+
+        act "q8" times the int8-activation variant (CPU decode path, M <= 32; variant "name:qtype:q8").
+        """
         from crucible.conformance.reference import dequantize, quantize
 
         x = self.rng.standard_normal((m, k)).astype(np.float32)
@@ -179,7 +183,7 @@ class KernelBench:
             wq = quantize(w, qtype)
             wd = dequantize(wq, qtype, n, k).astype(np.float32)
             xb, wqb = self._buf(x), self._buf(wq)
-            systems = {"crucible": self._call(self.graphs.qmatmul(qtype), [xb, wqb])}
+            systems = {"crucible": self._call(self.graphs.qmatmul(qtype, act), [xb, wqb])}
             if self.target == "cpu":
                 from max.dtype import DType
 
@@ -187,7 +191,8 @@ class KernelBench:
                 systems["crucible_fp32"] = self._call(self.graphs.matmul("crucible", DType.float32), [xb, wdb])
                 systems["max_fp32"] = self._call(self.graphs.matmul("max", DType.float32), [xb, wdb])
                 systems["numpy_fp32"] = lambda: x @ wd.T
-            row = Row("qmatmul", model.name, {"M": m, "K": k, "N": n}, f"{name}:{qtype}", "float32",
+            variant = f"{name}:{qtype}" + (":q8" if act == "q8" else "")
+            row = Row("qmatmul", model.name, {"M": m, "K": k, "N": n}, variant, "float32",
                       self.target, 2.0 * m * k * n, float(n * k // 32 * BLOCK_BYTES[qtype] + 4 * (m * k + m * n)))
             self.rows.append(row.fill(self._time(systems)))
 
@@ -207,17 +212,18 @@ class KernelBench:
         x = self.rng.standard_normal((m, k)).astype(np.float32)
         w = (self.rng.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
         xb = self._buf(x)
-        for qtype in ("q4_0", "q4_1", "f32"):
+        for qtype, act in (("q4_0", "f32"), ("q4_0", "q8"), ("q4_1", "f32"), ("q4_1", "q8"), ("f32", "f32")):
             wq = w if qtype == "f32" else quantize(w, qtype)
             copies = max(2, -(-min_bytes // wq.nbytes))
             bufs = [self._buf(wq.copy()) for _ in range(copies)]
-            systems = {"crucible": self._call(self.graphs.chain("crucible", qtype, copies, k, wq.shape), [xb, *bufs])}
+            systems = {"crucible": self._call(self.graphs.chain("crucible", qtype, copies, k, wq.shape, act),
+                                              [xb, *bufs])}
             if qtype == "f32":
                 systems["max"] = self._call(self.graphs.chain("max", "f32", copies, k, wq.shape), [xb, *bufs])
             timings = {name: Timing(t.median / copies, t.p10 / copies, t.p90 / copies, t.reps)  # per op
                        for name, t in self._time(systems).items()}
             op = "matmul" if qtype == "f32" else "qmatmul"
-            variant = "chain" if qtype == "f32" else f"chain:{qtype}"
+            variant = "chain" if qtype == "f32" else f"chain:{qtype}" + (":q8" if act == "q8" else "")
             row = Row(op, "target", {"M": m, "K": k, "N": n, "copies": copies}, variant, "float32", self.target,
                       2.0 * m * k * n, float(wq.nbytes + 4 * (m * k + m * n)))
             self.rows.append(row.fill(timings))
@@ -313,7 +319,8 @@ class KernelBench:
         for m, k, n in ((512, 1536, 1536), (1, 576, 1536), (1, 4096, 4096)):
             self.matmul_rows(ModelShapes("target", k, 0, 0, 0, 0, 0), m, "target", k, n)
         for m, k, n in ((1, 4096, 4096), (1, 576, 1536)):
-            self.qmatmul_rows(ModelShapes("target", k, 0, 0, 0, 0, 0), m, "target", k, n)
+            for act in ("f32", "q8") if self.target == "cpu" else ("f32",):
+                self.qmatmul_rows(ModelShapes("target", k, 0, 0, 0, 0, 0), m, "target", k, n, act)
         if self.target == "cpu":
             self.chain_rows(1, 576, 1536)
         self.attention_rows(LLAMA3_8B, 1, 4096)
@@ -331,6 +338,12 @@ class KernelBench:
             for m in (64, 512):
                 self.attention_rows(model, m, 0)
         return self.rows
+
+
+def _act(variant: str) -> str:
+    """Activation variant of a qmatmul row: "target:q4_1:q8" -> "q8", "target:q4_1" -> "f32"."""
+    parts = variant.split(":")
+    return parts[2] if len(parts) > 2 else "f32"
 
 
 def check_targets(rows: list[Row], extra: dict[str, float | str], target: str) -> list[dict[str, object]]:
@@ -353,10 +366,10 @@ def check_targets(rows: list[Row], extra: dict[str, float | str], target: str) -
                         "value": r.ratios["max"], "need": 2.0})
     for r in rows:
         if r.op == "qmatmul" and r.variant.startswith("target") and r.variant.split(":")[1] in ("q4_0", "q4_1"):
-            q, s = r.variant.split(":")[1], r.shape
-            out.append({"target": f"{q} M=1 K={s['K']} N={s['N']} >= 60% of read bandwidth",
+            q, act, s = r.variant.split(":")[1], _act(r.variant), r.shape
+            out.append({"target": f"{q} act={act} M=1 K={s['K']} N={s['N']} >= 60% of read bandwidth",
                         "value": r.gbps["crucible"] / bw, "need": 0.6})
-            out.append({"target": f"{q} M=1 K={s['K']} N={s['N']} >= 3x our fp32 matmul",
+            out.append({"target": f"{q} act={act} M=1 K={s['K']} N={s['N']} >= 3x our fp32 matmul",
                         "value": r.ratios["crucible_fp32"], "need": 3.0})
     # 576 x 1536 as a model runs it (chain_rows): per-op time without a per-execute overhead each.
     chain_fp32 = next((r for r in rows if r.op == "matmul" and r.variant == "chain"), None)
@@ -365,10 +378,10 @@ def check_targets(rows: list[Row], extra: dict[str, float | str], target: str) -
                     "value": chain_fp32.ratios["max"], "need": 2.0})
     for r in rows:
         if r.op == "qmatmul" and r.variant.startswith("chain:") and chain_fp32 is not None:
-            q = r.variant.split(":")[1]
-            out.append({"target": f"{q} M=1 K=576 N=1536 >= 60% of read bandwidth (chain of copies)",
+            q, act = r.variant.split(":")[1], _act(r.variant)
+            out.append({"target": f"{q} act={act} M=1 K=576 N=1536 >= 60% of read bandwidth (chain of copies)",
                         "value": r.gbps["crucible"] / bw, "need": 0.6})
-            out.append({"target": f"{q} M=1 K=576 N=1536 >= 3x our fp32 matmul (chain of copies)",
+            out.append({"target": f"{q} act={act} M=1 K=576 N=1536 >= 3x our fp32 matmul (chain of copies)",
                         "value": chain_fp32.times_us["crucible"] / r.times_us["crucible"], "need": 3.0})
     for r in rows:
         if r.op == "attention_paged" and r.shape.get("cached") == 4096 and r.shape["Hq"] == 32:

@@ -49,3 +49,47 @@ def quantize_rows_q8(x: Ptr[F32], rows: Int, K: Int, qx: I8Ptr, dx: Ptr[F32], sx
             qx.unsafe_store(m * K + b * 32, q)
             dx[unsafe_offset=m * nb + b] = d
             sx[unsafe_offset=m * nb + b] = d * Float32(q.cast[DType.int32]().reduce_add())
+
+
+# Block pairs for batch-1 decode of Q4_0/Q4_1 (qmatmul_cpu, act = "q8", M = 1): one 512-bit dot-product
+# instruction covers two blocks. A pair's 32 weight bytes split into low nibbles [block b values 0..15,
+# block b+1 values 0..15] and high nibbles [b 16..31, b+1 16..31]; x is stored once per call in that
+# order, so the 64 weight bytes need no shuffle:
+#   qx2[64 p ..]: x_b[0:16], x_b1[0:16], x_b[16:32], x_b1[16:32]      (int8)
+#   dx2[16 p ..]: the int32 lanes' x scales: dx_b x4, dx_b1 x4, dx_b x4, dx_b1 x4
+#   sx2[4 p ..]:  Q4_1: 0, sx_b, 0, sx_b1 (times the headers d_b, m_b, d_b1, m_b1);
+#                 Q4_0: -8 sx_b, -8 sx_b1, 0, 0 (times d_b, d_b1)
+# Against one block per 256-bit instruction this measured 0.78 -> 0.62-0.71 ns per block (one core,
+# cache-resident and streaming from DRAM).
+comptime PAIR = 64
+
+
+@always_inline
+def dot_u8_i8_x2(acc: SIMD[DType.int32, 16], w: SIMD[DType.uint8, 64], x: SIMD[DType.int8, 64]) -> SIMD[DType.int32, 16]:
+    """acc[i] + sum_{j < 4} w[4i + j] * x[4i + j]: dot_u8_i8 over 64 bytes."""
+    comptime if CompilationTarget.has_vnni() and CompilationTarget.has_avx512f():
+        return llvm_intrinsic["llvm.x86.avx512.vpdpbusd.512", SIMD[DType.int32, 16]](acc, w, x)
+    else:
+        var lo = dot_u8_i8(acc.slice[8, offset=0](), w.slice[32, offset=0](), x.slice[32, offset=0]())
+        var hi = dot_u8_i8(acc.slice[8, offset=8](), w.slice[32, offset=32](), x.slice[32, offset=32]())
+        return lo.join(hi)
+
+
+def pair_layout_q8[qtype: StaticString](
+    qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], nb: Int, qx2: I8Ptr, dx2: Ptr[F32], sx2: Ptr[F32]
+):
+    """One quantized x row (quantize_rows_q8) -> the block-pair layout above, for nb // 2 pairs."""
+    for p in range(nb // 2):
+        var b = 2 * p
+        var xa = qx.unsafe_offset(b * 32).unsafe_load[width=32](0)
+        var xb = qx.unsafe_offset(b * 32 + 32).unsafe_load[width=32](0)
+        qx2.unsafe_offset(p * PAIR).unsafe_store(0, xa.slice[16, offset=0]().join(xb.slice[16, offset=0]()))
+        qx2.unsafe_offset(p * PAIR + 32).unsafe_store(0, xa.slice[16, offset=16]().join(xb.slice[16, offset=16]()))
+        var da = SIMD[F32, 4](dx[unsafe_offset=b])
+        var db = SIMD[F32, 4](dx[unsafe_offset=b + 1])
+        var half = da.join(db)
+        dx2.unsafe_store(p * 16, half.join(half))
+        comptime if qtype == "q4_1":
+            sx2.unsafe_store(p * 4, SIMD[F32, 4](0, sx[unsafe_offset=b], 0, sx[unsafe_offset=b + 1]))
+        else:
+            sx2.unsafe_store(p * 4, SIMD[F32, 4](-8 * sx[unsafe_offset=b], -8 * sx[unsafe_offset=b + 1], 0, 0))

@@ -10,6 +10,8 @@
 # 16-lane halves (lo = values 0..15, hi = values 16..31).
 
 from std.memory import bitcast
+from std.sys import llvm_intrinsic
+from std.sys.info import CompilationTarget
 
 from .common import BytePtr, F32, load_f16_as_f32
 
@@ -46,6 +48,22 @@ def block_scales(blk: BytePtr) -> SIMD[F32, 2]:
     load_f16_as_f32: Q4_0 and Q8_0 blocks (18, 34 bytes) leave headers only 2-byte aligned.
     """
     return blk.bitcast[Float16]().unsafe_load[width=2](0).cast[F32]()
+
+
+@always_inline
+def nibble_values[base: Int](q: SIMD[DType.int32, HALF]) -> SIMD[F32, HALF]:
+    """Float(base + (q & 0xF)) per lane: a 4-bit quant as a float, base 0 (Q4_1) or -8 (Q4_0).
+
+    CPU decode rows only. With AVX-512 it is one table lookup (vpermps reads just the low 4 bits of
+    each index lane, so q needs no mask and the Q4_0 offset sits in the table). Against a mask,
+    convert and (for Q4_0) a per-block offset term, the Q4_1 decode loop went from 0.93 to 0.79 ns
+    per block (768 x 576, cache-resident, one core).
+    """
+    comptime if CompilationTarget.has_avx512f() and HALF == 16:
+        var table = SIMD[F32, HALF](0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15) + Float32(base)
+        return llvm_intrinsic["llvm.x86.avx512.permvar.sf.512", SIMD[F32, HALF]](table, q)
+    else:
+        return ((q & 0xF) + Int32(base)).cast[F32]()
 
 
 @always_inline

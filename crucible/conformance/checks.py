@@ -32,7 +32,8 @@ MATMUL_M = (1, 2, 7, 8, 64, 300)
 MATMUL_KN = ((576, 1536), (1536, 576), (577, 33), (100, 1537), (16, 5))
 MATMUL_BIG = ((1, 4096, 4096), (8, 4096, 4096), (64, 4096, 4096))
 QTYPES = ("q4_0", "q4_1", "q8_0", "f16")
-QMATMUL_KN = ((576, 1536), (1536, 576), (64, 33), (4096, 96))
+# K = 160 is an odd number of blocks (5): the batch-1 int8 path handles blocks in pairs plus a tail.
+QMATMUL_KN = ((576, 1536), (1536, 576), (64, 33), (160, 7), (4096, 96))
 # (sequence lengths of new tokens, cached tokens per sequence, Hq, Hkv, D); page size 128.
 ATTENTION_CASES = (
     ((1,), (0,), 8, 8, 64),

@@ -1,0 +1,40 @@
+"""The kernel benchmark's target checks (benchmarks/kernels.py), on synthetic rows: no graph compiles."""
+
+from __future__ import annotations
+
+from benchmarks.kernels import Row, check_targets
+from benchmarks.timing import Timing
+
+
+def _row(op: str, variant: str, shape: dict[str, int], nbytes: float, times_us: dict[str, float]) -> Row:
+    row = Row(op, "target", shape, variant, "float32", "cpu", 1.0, nbytes)
+    return row.fill({name: Timing(t * 1e-6, t * 1e-6, t * 1e-6, 3) for name, t in times_us.items()})
+
+
+def test_q8_variant_gets_its_own_targets_and_verdicts() -> None:
+    shape = {"M": 1, "K": 4096, "N": 4096}
+    nbytes = 4096 * 4096 / 32 * 20  # Q4_1 bytes
+    rows = [
+        # float activations: 40 GB/s of a 75 GB/s probe (53%), 3.2x our fp32
+        _row("qmatmul", "target:q4_1", shape, nbytes, {"crucible": nbytes / 40e3, "crucible_fp32": 3.2 * nbytes / 40e3}),
+        # int8 activations: 50 GB/s (67%), 4x
+        _row("qmatmul", "target:q4_1:q8", shape, nbytes, {"crucible": nbytes / 50e3, "crucible_fp32": 4 * nbytes / 50e3}),
+    ]
+    targets = {t["target"]: t for t in check_targets(rows, {"read_bandwidth_gbps": 75.0}, "cpu")}
+    f32 = targets["q4_1 act=f32 M=1 K=4096 N=4096 >= 60% of read bandwidth"]
+    q8 = targets["q4_1 act=q8 M=1 K=4096 N=4096 >= 60% of read bandwidth"]
+    assert abs(f32["value"] - 40 / 75) < 1e-9 and not f32["met"]
+    assert abs(q8["value"] - 50 / 75) < 1e-9 and q8["met"]
+    assert targets["q4_1 act=f32 M=1 K=4096 N=4096 >= 3x our fp32 matmul"]["met"]
+
+
+def test_chain_targets_compare_against_the_fp32_chain() -> None:
+    shape = {"M": 1, "K": 576, "N": 1536, "copies": 100}
+    rows = [
+        _row("matmul", "chain", shape, 576 * 1536 * 4, {"crucible": 60.0, "max": 110.0}),
+        _row("qmatmul", "chain:q4_0:q8", shape, 576 * 1536 / 32 * 18, {"crucible": 19.0}),
+    ]
+    targets = {t["target"]: t for t in check_targets(rows, {"read_bandwidth_gbps": 75.0}, "cpu")}
+    assert not targets["fp32 matmul M=1 K=576 N=1536 >= 2x MAX (chain of copies)"]["met"]  # 1.83x
+    three = targets["q4_0 act=q8 M=1 K=576 N=1536 >= 3x our fp32 matmul (chain of copies)"]
+    assert abs(three["value"] - 60 / 19) < 1e-9 and three["met"]
