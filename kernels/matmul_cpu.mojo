@@ -10,6 +10,10 @@
 #         registers (of 32 with AVX-512) and needs 10 loads per 24 FMAs; the packed B micro-panel
 #         (KC*NR*4 = 32 KB) stays in L1. Measured against 12x2, 8x3 and 4x4 tiles and KC 128-512 in the
 #         kernel benchmark (M=512, K=N=1536): 6x4 with KC=128 was fastest (0.90-0.91x MAX vs 0.79-0.89x).
+#         Full panels are packed by 16 x 16 in-register transposes (block formats: per decoded half
+#         block), not scalar stores: fp32 5628-5652 -> 5164-5370 us at M=512,
+#         K=N=1536 (A/B in one session; MAX 4878-5208 us). Software prefetch in the gemv measured no gain
+#         on 4096 x 4096 and cost 6 us per 576 x 1536 op in a chain (62 -> 68 us).
 
 
 from max.gpu.host import DeviceContext
@@ -61,6 +65,36 @@ def _micro_tile[first: Bool, full: Bool](
 
 
 @always_inline
+def _swap_blocks[b: Int](mut t: Array[SIMD[F32, 16], 16]):
+    # One stage of a 16 x 16 transpose: rows i and i + b exchange their off-diagonal b x b blocks.
+    comptime for i in range(16):
+        comptime if (i // b) % 2 == 0:
+            var r0 = t[i]
+            var r1 = t[i + b]
+            comptime if b == 8:
+                t[i] = r0.shuffle[0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23](r1)
+                t[i + b] = r0.shuffle[8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31](r1)
+            comptime if b == 4:
+                t[i] = r0.shuffle[0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27](r1)
+                t[i + b] = r0.shuffle[4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31](r1)
+            comptime if b == 2:
+                t[i] = r0.shuffle[0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29](r1)
+                t[i + b] = r0.shuffle[2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31](r1)
+            comptime if b == 1:
+                t[i] = r0.shuffle[0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30](r1)
+                t[i + b] = r0.shuffle[1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31](r1)
+
+
+@always_inline
+def _transpose16(mut t: Array[SIMD[F32, 16], 16]):
+    """In-register 16 x 16 float transpose: 4 stages of 16 two-source shuffles (vpermt2ps)."""
+    _swap_blocks[8](t)
+    _swap_blocks[4](t)
+    _swap_blocks[2](t)
+    _swap_blocks[1](t)
+
+
+@always_inline
 def _pack_b[qtype: StaticString](
     w: BytePtr, row_bytes: Int, N: Int, n0: Int, nc: Int, k0: Int, kc: Int, bp: Ptr[F32]
 ):
@@ -70,6 +104,36 @@ def _pack_b[qtype: StaticString](
     comptime bb = block_bytes[qtype]()
     for jr in range(ceil_div(nc, NR)):
         var panel = bp.unsafe_offset(jr * KC * NR)
+        comptime if qtype == "f32" and FW == 16:
+            # Full panels: 16 x 16 tiles of W transposed in registers (16 row loads, 64 shuffles, 16
+            # stores) instead of 256 scalar copies. Packing is ~6% of an M = 512 GEMM's work.
+            if n0 + jr * NR + NR <= N and kc % 16 == 0:
+                for jb in range(NR // 16):
+                    var src = w.unsafe_offset((n0 + jr * NR + jb * 16) * row_bytes).bitcast[Float32]().unsafe_offset(k0)
+                    for kb in range(kc // 16):
+                        var t = Array[SIMD[F32, 16], 16](fill=SIMD[F32, 16](0))
+                        comptime for jj in range(16):
+                            t[jj] = src.unsafe_load[width=16](jj * (row_bytes // 4) + kb * 16)
+                        _transpose16(t)
+                        comptime for kk in range(16):
+                            panel.unsafe_store((kb * 16 + kk) * NR + jb * 16, t[kk])
+                continue
+        else:
+            comptime if FW == 16:
+                # Block formats, full panels: each 16-row group decodes one block per row (two 16-value
+                # halves) and transposes each half in registers, instead of 32 scalar stores per block.
+                if n0 + jr * NR + NR <= N:
+                    for jb in range(NR // 16):
+                        var rows0 = w.unsafe_offset((n0 + jr * NR + jb * 16) * row_bytes + (k0 // QBLOCK) * bb)
+                        for b in range(kc // QBLOCK):
+                            comptime for h in range(2):
+                                var t = Array[SIMD[F32, 16], 16](fill=SIMD[F32, 16](0))
+                                comptime for jj in range(16):
+                                    t[jj] = decode_block[qtype](rows0.unsafe_offset(jj * row_bytes + b * bb))[h]
+                                _transpose16(t)
+                                comptime for kk in range(16):
+                                    panel.unsafe_store((b * QBLOCK + h * 16 + kk) * NR + jb * 16, t[kk])
+                    continue
         for j in range(NR):
             var n = n0 + jr * NR + j
             if n >= N:
