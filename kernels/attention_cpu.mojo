@@ -16,7 +16,10 @@
 # (attention 147 -> ~90 ms); decode attention over 4096 keys went 63% -> 72% of read bandwidth.
 # Decode also prefetches key and value rows in software (one head's rows are 4 KB apart in MAX's
 # paged layout), keeps 4 FMA chains per dot and takes the block max as a vector reduction: 32/8
-# heads, D = 128, 4096 keys: 1059-1168 -> 894-988 us (31.7 -> 34-37.5 GB/s).
+# heads, D = 128, 4096 keys: 1059-1168 -> 894-988 us (31.7 -> 34-37.5 GB/s). With AVX-512, decode
+# scores are computed 4 keys x 4 query rows at a time and their 16 horizontal sums share one shuffle
+# tree (_sum16): 1024 keys (cache-resident) 255-265 -> 228-235 us; at 4096 keys no change measured
+# within the noise (920-1087 us), where the reads from DRAM dominate.
 
 from std.math import exp, sqrt
 from max.gpu.host import DeviceContext
@@ -35,6 +38,36 @@ comptime PF_KEYS = 16     # decode: software prefetch distance in keys (see _til
 def _prefetch_row[D: Int](p: Ptr[F32]):
     comptime for i in range(0, D, 16):  # one 64-byte line per 16 floats
         prefetch[PrefetchOptions().for_read().high_locality()](p.unsafe_offset(i))
+
+
+@always_inline
+def _pair_sum[h: Int](x: SIMD[F32, 16], y: SIMD[F32, 16]) -> SIMD[F32, 16]:
+    # x and y each hold groups of 2h partial sums; the result holds x's groups then y's, each folded
+    # to h partial sums (one stage of a 16-vector horizontal-sum tree; two vpermt2ps and one add).
+    comptime if h == 8:
+        return x.shuffle[0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23](y) + x.shuffle[
+            8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31](y)
+    elif h == 4:
+        return x.shuffle[0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27](y) + x.shuffle[
+            4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31](y)
+    elif h == 2:
+        return x.shuffle[0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29](y) + x.shuffle[
+            2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31](y)
+    else:
+        return x.shuffle[0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30](y) + x.shuffle[
+            1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31](y)
+
+
+@always_inline
+def _sum16(acc: Array[SIMD[F32, 16], 16]) -> SIMD[F32, 16]:
+    """Lane i = the sum of acc[i]'s 16 lanes: 15 pair stages instead of 16 separate reductions."""
+    var a8 = Array[SIMD[F32, 16], 8](fill=SIMD[F32, 16](0))
+    comptime for i in range(8):
+        a8[i] = _pair_sum[8](acc[2 * i], acc[2 * i + 1])
+    var a4 = Array[SIMD[F32, 16], 4](fill=SIMD[F32, 16](0))
+    comptime for i in range(4):
+        a4[i] = _pair_sum[4](a8[2 * i], a8[2 * i + 1])
+    return _pair_sum[1](_pair_sum[2](a4[0], a4[1]), _pair_sum[2](a4[2], a4[3]))
 
 
 @always_inline
@@ -108,7 +141,42 @@ def _tile[D: Int](
                 var t = t0 + r // G
                 pos_row[r] = ctx_start + t - seq_start
                 q_row[r] = (t * Hq + g * G + r % G) * D
-            for j in range(j0, j1):
+            var j_tail = j0
+            comptime if FW == 16:
+                # 4 keys x 4 query rows at a time: 16 dot products in 16 accumulators, reduced together
+                # by one shuffle tree (_sum16) instead of 16 horizontal sums. Rows past the tile
+                # repeat its last row and are not stored.
+                while j_tail + 4 <= j1:
+                    var kp4 = Array[Ptr[F32], 4](fill=q)
+                    comptime for ki in range(4):
+                        var j = j_tail + ki
+                        kp4[ki] = kv.key(b, seq_start, j, g)
+                        _prefetch_row[D](kv.key(b, seq_start, min(j + PF_KEYS, k_end - 1), g))
+                        _prefetch_row[D](kv.value(b, seq_start, j, g))
+                    var r0 = 0
+                    while r0 < rows:
+                        var qp4 = Array[Ptr[F32], 4](fill=q)
+                        comptime for ri in range(4):
+                            qp4[ri] = q.unsafe_offset(q_row[min(r0 + ri, rows - 1)])
+                        var acc = Array[SIMD[F32, 16], 16](fill=SIMD[F32, 16](0))
+                        comptime for c in range(D // 16):
+                            var kc = Array[SIMD[F32, 16], 4](fill=SIMD[F32, 16](0))
+                            comptime for ki in range(4):
+                                kc[ki] = kp4[ki].unsafe_load[width=16](c * 16)
+                            comptime for ri in range(4):
+                                var qv = qp4[ri].unsafe_load[width=16](c * 16)
+                                comptime for ki in range(4):
+                                    acc[ri * 4 + ki] = qv.fma(kc[ki], acc[ri * 4 + ki])
+                        var sv = _sum16(acc) * scale  # lane ri * 4 + ki: row r0 + ri, key j_tail + ki
+                        comptime for ri in range(4):
+                            var r = r0 + ri
+                            if r < rows:
+                                comptime for ki in range(4):
+                                    var keep = j_tail + ki <= pos_row[r]
+                                    scores[unsafe_offset=r * BK + (j_tail + ki - j0)] = sv[ri * 4 + ki] if keep else NEG_INF
+                        r0 += 4
+                    j_tail += 4
+            for j in range(j_tail, j1):
                 var kp = kv.key(b, seq_start, j, g)
                 # One head's rows are slot_stride apart (4 KB for 8 heads x 128 floats), a pattern the
                 # hardware prefetchers do not follow: fetch the key row PF_KEYS ahead and this key's
