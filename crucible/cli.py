@@ -165,7 +165,8 @@ def cmd_bench_kernels(args: argparse.Namespace) -> int:
     print(format_table(rows))
     targets = check_targets(rows, bench.extra, args.target)
     for t in targets:
-        print(f"{'MET    ' if t['met'] else 'NOT MET'}  {t['target']}: {t['value']:.2f} (need {t['need']})")
+        ceiling = f", read ceiling {t['ceiling_gbps']:.1f} GB/s" if "ceiling_gbps" in t else ""
+        print(f"{'MET    ' if t['met'] else 'NOT MET'}  {t['target']}: {t['value']:.2f} (need {t['need']}{ceiling})")
     path = write_report(rows, bench.extra, targets, version_matrix(args.target), Path(args.out))
     print(f"wrote {path} and {path.with_suffix('.png')}")
     return 0

@@ -38,3 +38,14 @@ def test_chain_targets_compare_against_the_fp32_chain() -> None:
     assert not targets["fp32 matmul M=1 K=576 N=1536 >= 2x MAX (chain of copies)"]["met"]  # 1.83x
     three = targets["q4_0 act=q8 M=1 K=576 N=1536 >= 3x our fp32 matmul (chain of copies)"]
     assert abs(three["value"] - 60 / 19) < 1e-9 and three["met"]
+
+
+def test_a_rows_interleaved_ceiling_replaces_the_run_probe() -> None:
+    # The machine's bandwidth moves over time; a row timed with its own probe is judged against it.
+    shape = {"M": 1, "K": 4096, "N": 4096}
+    nbytes = 4096 * 4096 / 32 * 18
+    row = _row("qmatmul", "target:q4_0", shape, nbytes, {"crucible": nbytes / 30e3, "crucible_fp32": 1.0})
+    row.ceiling_gbps = 45.0
+    t = {x["target"]: x for x in check_targets([row], {"read_bandwidth_gbps": 75.0}, "cpu")}
+    bw = t["q4_0 act=f32 M=1 K=4096 N=4096 >= 60% of read bandwidth"]
+    assert abs(bw["value"] - 30 / 45) < 1e-9 and bw["met"] and bw["ceiling_gbps"] == 45.0
