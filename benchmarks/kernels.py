@@ -5,8 +5,9 @@ Llama-3-8B (4096, 14336, 32/8 heads) for M (tokens) in {1, 8, 64, 512}. Every ro
 interleaved in one process (benchmarks/timing.py) and reports medians, GFLOP/s, GB/s and ratios.
 A plain read-bandwidth probe on a buffer 8x the last-level cache runs in the same process: the
 ceiling for the memory-bound rows. The rows with a bandwidth target also time the probe interleaved
-with their own systems (Row.ceiling_gbps), because this shared machine's bandwidth moves over time
-(40-72 GB/s); their targets are judged against that ceiling. The speed targets of the kernel issue are
+with their own systems (Row.ceiling_gbps), because this shared machine's probe reads ~42 or ~72 GB/s
+from moment to moment; targets are judged against the best read rate of the whole run (probes and the
+fp32 weight streams), see _ceiling. The speed targets of the kernel issue are
 checked at the end.
 
 Times are per graph execution and include MAX's fixed per-execute cost (the same for every system,
@@ -142,7 +143,13 @@ class KernelBench:
         """
         probe, nbytes = self._probe_call()
         timings = self._time({**systems, "read_probe": probe})
-        return timings, nbytes / timings.pop("read_probe").median / 1e9
+        gbps = nbytes / timings.pop("read_probe").median / 1e9
+        self._saw_read_rate(gbps)
+        return timings, gbps
+
+    def _saw_read_rate(self, gbps: float) -> None:
+        """Keeps the best read rate measured in this run: the ceiling every bandwidth target uses."""
+        self.extra["read_ceiling_gbps"] = max(self.extra.get("read_ceiling_gbps", 0.0), gbps)
 
     def _probe_call(self) -> tuple[callable, int]:
         if not hasattr(self, "_probe"):
@@ -172,6 +179,7 @@ class KernelBench:
         probe, nbytes = self._probe_call()
         t = time_interleaved({"probe": probe}, rounds=2, block_s=1.0)["probe"]
         self.extra["read_bandwidth_gbps"] = nbytes / t.median / 1e9
+        self._saw_read_rate(self.extra["read_bandwidth_gbps"])
         empty = self.graphs.empty()
         one = self._buf(np.ones(1, np.float32))
         t = time_interleaved({"empty": self._call(empty, [one])}, rounds=2, block_s=0.2)["empty"]
@@ -216,7 +224,13 @@ class KernelBench:
             row = Row("qmatmul", model.name, {"M": m, "K": k, "N": n}, variant, "float32",
                       self.target, 2.0 * m * k * n, float(n * k // 32 * BLOCK_BYTES[qtype] + 4 * (m * k + m * n)))
             if name == "target":
-                timings, row.ceiling_gbps = self._time_with_ceiling(systems)
+                timings, probe_gbps = self._time_with_ceiling(systems)
+                # The fp32 matmuls of this row stream the dequantized weights (4 n k bytes) in the
+                # same rounds: their read rate is bandwidth the machine provably had, and it has
+                # exceeded the probe's (72 vs 45 GB/s in one run), so the ceiling is the larger.
+                streamed = [4.0 * n * k / t.median / 1e9 for s_name, t in timings.items() if s_name != "crucible"]
+                row.ceiling_gbps = max([probe_gbps, *streamed])
+                self._saw_read_rate(row.ceiling_gbps)
             else:
                 timings = self._time(systems)
             self.rows.append(row.fill(timings))
@@ -376,9 +390,15 @@ def _act(variant: str) -> str:
     return parts[2] if len(parts) > 2 else "f32"
 
 
-def _ceiling(row: Row, probe_gbps: float) -> float:
-    """The row's interleaved read-bandwidth ceiling, or the run's probe where none was measured."""
-    return row.ceiling_gbps if row.ceiling_gbps > 0 else probe_gbps
+def _ceiling(row: Row, run_ceiling_gbps: float) -> float:
+    """The read-bandwidth ceiling a row is judged against: the best read rate of the whole run.
+
+    The probe of this shared machine is bimodal (~42 or ~72 GB/s, changing within a process), and the
+    fp32 matmuls have streamed 72 GB/s while a probe interleaved with them read 45. A row's own
+    interleaved ceiling (row.ceiling_gbps, kept in the JSON) can therefore be low by chance; the
+    run's best is what the machine demonstrably delivered, the strictest fair ceiling.
+    """
+    return max(row.ceiling_gbps, run_ceiling_gbps)
 
 
 def check_targets(rows: list[Row], extra: dict[str, float | str], target: str) -> list[dict[str, object]]:
@@ -392,7 +412,7 @@ def check_targets(rows: list[Row], extra: dict[str, float | str], target: str) -
                 yield r
 
     out = []
-    bw = extra["read_bandwidth_gbps"]
+    bw = max(extra["read_bandwidth_gbps"], extra.get("read_ceiling_gbps", 0.0))
     for r in find("matmul", {"M": 512, "K": 1536, "N": 1536}):
         out.append({"target": "fp32 matmul M=512 K=N=1536 >= 0.9x MAX", "value": r.ratios["max"], "need": 0.9})
     for shape in ({"M": 1, "K": 576, "N": 1536}, {"M": 1, "K": 4096, "N": 4096}):
