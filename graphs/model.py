@@ -113,5 +113,11 @@ class CrucibleModel:
 
         args = [Buffer.from_numpy(np.ascontiguousarray(a)).to(self.device)
                 for a in (tokens.astype(np.int64), row_offsets.astype(np.uint32), logit_rows.astype(np.int64))]
+        # MAX's KV cache manager stages cache_lengths and the page table into persistent device buffers
+        # by an asynchronous copy (max.pipelines.graph_input_stager), and on CPU the graph does not
+        # wait for it: about one decode step in 500 read the previous step's values (the new token's
+        # K/V went to the wrong slot; logits moved by up to 3) whenever another thread kept a core
+        # busy, e.g. the HTTP server's event loop. Wait for the copies to land first.
+        self.device.synchronize()
         out = self.thread_tuner.execute(lambda: self.model.execute(*args, *kv_inputs))[0]
         return out.to(CPU()).to_numpy()

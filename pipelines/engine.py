@@ -18,6 +18,7 @@ import numpy as np
 from graphs.generate import make_step_batch
 from graphs.model import CrucibleModel, ModelOptions
 from pipelines.detokenizer import IncrementalDetokenizer
+from pipelines.logprobs import TokenLogprob, token_logprob
 from pipelines.request import Request, RequestOutput, RequestState
 from pipelines.sampling import Sampler, SamplingParams, stop_ids_for
 from pipelines.scheduler import Scheduler, SchedulerConfig
@@ -135,6 +136,7 @@ class LLMEngine:
                     self.kv.step(live.ctx)
                     continue
             tok = live.sampler.sample(logits[row])
+            lp = () if req.params.logprobs is None else (token_logprob(logits[row], tok, req.params.logprobs),)
             if req.first_token_time is None:
                 req.first_token_time = time.perf_counter()
             req.output_ids.append(tok)
@@ -154,10 +156,10 @@ class LLMEngine:
                     reason = "length"
                     delta += live.detok.flush()
             if reason:
-                outputs.append(self._finish(req, reason, delta=delta, new=(tok,)))
+                outputs.append(self._finish(req, reason, delta=delta, new=(tok,), logprobs=lp))
             else:
                 outputs.append(RequestOutput(req.request_id, (tok,), delta, False, None,
-                                             len(req.prompt_ids), len(req.output_ids)))
+                                             len(req.prompt_ids), len(req.output_ids), logprobs=lp))
         return outputs
 
     def _run(self, plan) -> np.ndarray:
@@ -203,7 +205,7 @@ class LLMEngine:
         return outputs
 
     def _finish(self, req: Request, reason: str, delta: str = "", new: tuple[int, ...] = (),
-                error: str | None = None) -> RequestOutput:
+                error: str | None = None, logprobs: tuple[TokenLogprob, ...] = ()) -> RequestOutput:
         live = self._live.pop(req.request_id, None)
         if live is not None:
             self.kv.release(live.ctx)
@@ -211,7 +213,7 @@ class LLMEngine:
         req.finish_reason, req.error, req.finish_time = reason, error, time.perf_counter()
         self.stats.finished[reason] = self.stats.finished.get(reason, 0) + 1
         return RequestOutput(req.request_id, new, delta, True, reason, len(req.prompt_ids),
-                             len(req.output_ids), error)
+                             len(req.output_ids), error, logprobs)
 
     def _decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pipelines.engine import EngineConfig, LLMEngine
+from pipelines.logprobs import TokenLogprob
 from pipelines.sampling import SamplingParams
 
 Chat = list[dict[str, str]]
@@ -31,6 +32,7 @@ class GenerationResult:
         time_to_first_token_s: Seconds from submission to the first token.
         total_time_s: Seconds from submission to the end.
         error: Message when finish_reason is "error".
+        logprobs: Per generated token, when SamplingParams.logprobs asked for them.
     """
 
     text: str
@@ -41,6 +43,7 @@ class GenerationResult:
     time_to_first_token_s: float | None
     total_time_s: float
     error: str | None = None
+    logprobs: list[TokenLogprob] = field(default_factory=list)
 
 
 def _messages(prompt: Prompt) -> Chat:
@@ -94,14 +97,17 @@ class Generator:
         """Like generate, from token ids."""
         reqs = [self.engine.submit(ids, p) for ids, p in zip(prompt_ids, params)]
         texts = {r.request_id: [] for r in reqs}
+        logprobs = {r.request_id: [] for r in reqs}
         while self.engine.has_work:
             for out in self.engine.step():
                 if out.request_id in texts:
                     texts[out.request_id].append(out.text_delta)
+                    logprobs[out.request_id].extend(out.logprobs)
         results = []
         for r in reqs:
             ttft = (r.first_token_time - r.arrival) if r.first_token_time else None
             results.append(GenerationResult("".join(texts[r.request_id]), list(r.output_ids), r.finish_reason or "error",
                                             len(r.prompt_ids), len(r.output_ids), ttft,
-                                            (r.finish_time or time.perf_counter()) - r.arrival, r.error))
+                                            (r.finish_time or time.perf_counter()) - r.arrival, r.error,
+                                            logprobs[r.request_id]))
         return results

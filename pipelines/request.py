@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 
+from pipelines.logprobs import TokenLogprob
 from pipelines.sampling import SamplingParams
 
 _ids = itertools.count()
@@ -72,6 +73,7 @@ class RequestOutput:
         prompt_tokens: Prompt length.
         completion_tokens: Tokens generated so far.
         error: Message when finish_reason is "error".
+        logprobs: The new tokens' log-probabilities when the request asked for them.
     """
 
     request_id: str
@@ -82,3 +84,4 @@ class RequestOutput:
     prompt_tokens: int
     completion_tokens: int
     error: str | None = None
+    logprobs: tuple[TokenLogprob, ...] = ()

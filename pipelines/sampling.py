@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pipelines.logprobs import MAX_TOP_LOGPROBS
+
 DEFAULT_MAX_TOKENS = 512
 
 
@@ -36,6 +38,8 @@ class SamplingParams:
         stop: Strings that end generation; the text is cut before them.
         stop_token_ids: Token ids that end generation (in addition to the model's end tokens).
         ignore_eos: Keep generating past the model's end-of-turn token.
+        logprobs: Report each generated token's log-probability with this many top alternatives
+            (0 to 20); None reports none.
     """
 
     temperature: float = 1.0
@@ -46,6 +50,7 @@ class SamplingParams:
     stop: tuple[str, ...] = field(default_factory=tuple)
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
     ignore_eos: bool = False
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if not (0.0 <= self.temperature <= 2.0):
@@ -58,6 +63,8 @@ class SamplingParams:
             raise SamplingError("max_tokens", f"max_tokens must be >= 1, got {self.max_tokens}")
         if len(self.stop) > 4 or any(not s for s in self.stop):
             raise SamplingError("stop", "stop takes up to 4 non-empty strings")
+        if self.logprobs is not None and not (0 <= self.logprobs <= MAX_TOP_LOGPROBS):
+            raise SamplingError("top_logprobs", f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {self.logprobs}")
 
     @property
     def greedy(self) -> bool:

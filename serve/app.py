@@ -13,6 +13,7 @@ import json
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fastapi import FastAPI, Request
@@ -20,7 +21,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 
 from serve.engine_bridge import EngineBridge, QueueFull
 from serve.metrics import Metrics
-from serve.protocol import APIError, full_response, new_id, parse_request, stream_chunk, usage
+from serve.protocol import (APIError, full_response, logprobs_object, new_id, parse_request, stream_chunk,
+                            usage)
 
 
 @dataclass(frozen=True)
@@ -188,14 +190,18 @@ def create_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI
             raise APIError(400, str(exc), code="invalid_value") from exc
         rid = new_id(kind)
         headers = {"X-Crucible-Kernels": state.kernels_header}
+        def token_text(token_id: int) -> str:
+            return tok.decode([token_id])
+
         if req.stream:
-            return StreamingResponse(_stream(request, req, rid, engine_req, queue), media_type="text/event-stream",
-                                     headers=headers)
-        parts, out = [], None
+            return StreamingResponse(_stream(request, req, rid, engine_req, queue, token_text),
+                                     media_type="text/event-stream", headers=headers)
+        parts, entries, out = [], [], None
         try:
             while True:
                 out = await queue.get()
                 parts.append(out.text_delta)
+                entries.extend(out.logprobs)
                 if out.finished:
                     break
         except asyncio.CancelledError:
@@ -204,8 +210,9 @@ def create_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI
         if out.finish_reason == "error":
             raise APIError(500, out.error or "generation failed", type_="server_error")
         _record(engine_req, out)
+        logprobs = None if params.logprobs is None else logprobs_object(req.kind, entries, token_text)
         body = full_response(req, rid, state.model_name, "".join(parts), out.finish_reason, out.prompt_tokens,
-                             out.completion_tokens, state.fingerprint)
+                             out.completion_tokens, state.fingerprint, logprobs)
         return JSONResponse(body, headers=headers)
 
     def _record(engine_req, out) -> None:
@@ -213,9 +220,25 @@ def create_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI
         if engine_req.first_token_time is not None:
             state.metrics.ttft(engine_req.first_token_time - engine_req.arrival)
 
-    async def _stream(request: Request, req, rid: str, engine_req, queue: asyncio.Queue):
+    async def _stream(request: Request, req, rid: str, engine_req, queue: asyncio.Queue,
+                      token_text: Callable[[int], str]):
         bridge = state.bridge
         finished = False
+        offset = 0  # completion characters already reported in logprobs' text_offset
+
+        def content(out) -> str | None:
+            # A chunk for the step's text and, when asked for, its tokens' logprobs (a token whose text
+            # is held back, e.g. a possible stop string, still reports its logprob when it is drawn).
+            nonlocal offset
+            if not out.text_delta and not out.logprobs:
+                return None
+            lp = None
+            if req.params.logprobs is not None and out.logprobs:
+                lp = logprobs_object(req.kind, out.logprobs, token_text, offset)
+                offset += sum(len(token_text(e.token_id)) for e in out.logprobs)
+            return _sse(stream_chunk(req, rid, state.model_name, out.text_delta, None, state.fingerprint,
+                                     logprobs=lp))
+
         try:
             yield _sse(stream_chunk(req, rid, state.model_name, "" if req.kind == "completion" else None, None,
                                     state.fingerprint, first=True))
@@ -228,8 +251,8 @@ def create_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI
                     continue
                 if out.finished:
                     finished = True
-                    if out.text_delta:
-                        yield _sse(stream_chunk(req, rid, state.model_name, out.text_delta, None, state.fingerprint))
+                    if (chunk := content(out)) is not None:
+                        yield chunk
                     reason = out.finish_reason if out.finish_reason in ("stop", "length") else "stop"
                     if out.finish_reason == "error":
                         yield _sse({"error": {"message": out.error, "type": "server_error", "param": None,
@@ -244,8 +267,8 @@ def create_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI
                         yield _sse(chunk)
                     yield "data: [DONE]\n\n"
                     return
-                if out.text_delta:
-                    yield _sse(stream_chunk(req, rid, state.model_name, out.text_delta, None, state.fingerprint))
+                if (chunk := content(out)) is not None:
+                    yield chunk
         finally:
             # Client gone (or any exit before the end): stop the generation and free its KV pages.
             if not finished:

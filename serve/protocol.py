@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pipelines.logprobs import TokenLogprob
 from pipelines.sampling import DEFAULT_MAX_TOKENS, SamplingError, SamplingParams
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -145,6 +147,7 @@ def parse_request(body: Any, kind: str, max_context: int) -> GenerationRequest:
     top_p = _number(body, "top_p", 1.0, 0.0, 1.0)
     if top_p == 0:
         raise APIError(400, "'top_p' must be greater than 0", param="top_p", code="invalid_value")
+    logprobs = _logprobs_option(body, kind)
     try:
         params = SamplingParams(
             temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
@@ -154,11 +157,54 @@ def parse_request(body: Any, kind: str, max_context: int) -> GenerationRequest:
             max_tokens=max_tokens or DEFAULT_MAX_TOKENS,
             stop=stop,
             ignore_eos=bool(body.get("ignore_eos", False)),
+            logprobs=logprobs,
         )
     except SamplingError as exc:
         raise APIError(400, str(exc), param=exc.param, code="invalid_value") from exc
     return GenerationRequest(kind, model, messages, prompt, params, max_tokens is not None, stream,
                              bool(opts.get("include_usage", False)))
+
+
+def _logprobs_option(body: dict, kind: str) -> int | None:
+    """Alternatives per token to report, or None: chat takes `logprobs: bool` with `top_logprobs`
+    (0-20), completions take `logprobs: int` (0-5), as OpenAI's API does."""
+    if kind == "completion":
+        return _int(body, "logprobs", None, 0, 5)
+    wanted = body.get("logprobs")
+    if wanted is not None and not isinstance(wanted, bool):
+        raise _type_error("logprobs", "a boolean")
+    top = _int(body, "top_logprobs", None, 0, 20)
+    if top is not None and not wanted:
+        raise APIError(400, "'top_logprobs' requires 'logprobs' to be true", param="top_logprobs",
+                       code="invalid_value")
+    return (top or 0) if wanted else None
+
+
+def logprobs_object(kind: str, entries: Sequence[TokenLogprob], token_text: Callable[[int], str],
+                    text_offset: int = 0) -> dict[str, Any]:
+    """The `logprobs` field of a choice for these generated tokens.
+
+    Args:
+        kind: "chat" ({"content": [{token, logprob, bytes, top_logprobs}]}) or "completion"
+            ({tokens, token_logprobs, top_logprobs, text_offset}).
+        entries: The tokens, in order.
+        token_text: Text of one token id.
+        text_offset: Characters of completion text before the first entry (completions only).
+    """
+    if kind == "chat":
+        def one(token_id: int, logprob: float) -> dict[str, Any]:
+            text = token_text(token_id)
+            return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+
+        return {"content": [{**one(e.token_id, e.logprob), "top_logprobs": [one(i, lp) for i, lp in e.top]}
+                            for e in entries]}
+    tokens, offsets = [], []
+    for e in entries:
+        tokens.append(token_text(e.token_id))
+        offsets.append(text_offset)
+        text_offset += len(tokens[-1])
+    return {"tokens": tokens, "token_logprobs": [e.logprob for e in entries],
+            "top_logprobs": [{token_text(i): lp for i, lp in e.top} for e in entries], "text_offset": offsets}
 
 
 def new_id(kind: str) -> str:
@@ -171,22 +217,23 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
 
 
 def full_response(req: GenerationRequest, rid: str, model: str, text: str, finish_reason: str,
-                  prompt_tokens: int, completion_tokens: int, fingerprint: str) -> dict[str, Any]:
-    """A non-streaming chat.completion or text_completion object."""
+                  prompt_tokens: int, completion_tokens: int, fingerprint: str,
+                  logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A non-streaming chat.completion or text_completion object (`logprobs`: see logprobs_object)."""
     reason = "stop" if finish_reason == "stop" else "length" if finish_reason == "length" else finish_reason
     if req.kind == "chat":
         choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason,
-                  "logprobs": None}
+                  "logprobs": logprobs}
         obj = "chat.completion"
     else:
-        choice = {"index": 0, "text": text, "finish_reason": reason, "logprobs": None}
+        choice = {"index": 0, "text": text, "finish_reason": reason, "logprobs": logprobs}
         obj = "text_completion"
     return {"id": rid, "object": obj, "created": int(time.time()), "model": model, "choices": [choice],
             "usage": usage(prompt_tokens, completion_tokens), "system_fingerprint": fingerprint}
 
 
 def stream_chunk(req: GenerationRequest, rid: str, model: str, text: str | None, finish_reason: str | None,
-                 fingerprint: str, first: bool = False) -> dict[str, Any]:
+                 fingerprint: str, first: bool = False, logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
     """One SSE chunk (chat.completion.chunk or text_completion)."""
     if req.kind == "chat":
         delta: dict[str, Any] = {}
@@ -194,10 +241,10 @@ def stream_chunk(req: GenerationRequest, rid: str, model: str, text: str | None,
             delta["role"] = "assistant"
         if text:
             delta["content"] = text
-        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": logprobs}
         obj = "chat.completion.chunk"
     else:
-        choice = {"index": 0, "text": text or "", "finish_reason": finish_reason, "logprobs": None}
+        choice = {"index": 0, "text": text or "", "finish_reason": finish_reason, "logprobs": logprobs}
         obj = "text_completion"
     return {"id": rid, "object": obj, "created": int(time.time()), "model": model, "choices": [choice],
             "system_fingerprint": fingerprint}

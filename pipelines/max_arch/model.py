@@ -108,5 +108,9 @@ class CrucibleLlamaModel(Llama3Model):
         if n_seqs > self._largest_batch:
             self._largest_batch = n_seqs
             logger.info("Crucible decoder: largest batch so far %d sequences", n_seqs)
+        # The KV cache inputs arrive by an asynchronous staged copy that the graph does not wait for
+        # on CPU (see CrucibleModel.execute): let it land first.
+        for device in self.devices:
+            device.synchronize()
         # MAX's runtime threads get their priorities on the first steps (graphs/cpu_threads.py).
         return self._thread_tuner.execute(lambda: super(CrucibleLlamaModel, self).execute(model_inputs))

@@ -79,3 +79,44 @@ def test_seeded_sampling_repeats_and_stop_strings_cut(make_engine, tiny_tokenize
         cut = gen.generate(["Tell me about Paris."], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True,
                                                                      stop=(stop_at,)))[0]
         assert cut.finish_reason == "stop" and cut.text == full.text[: full.text.index(stop_at)]
+
+
+def test_every_step_is_reproducible_while_another_thread_is_busy(make_engine, tiny_model, monkeypatch) -> None:
+    # Regression: MAX stages the KV cache lengths and page table by an asynchronous copy, and on CPU
+    # the graph did not wait for it. With a busy second thread (the server's event loop) about one
+    # decode step in 500 read the previous step's values and wrote the new token's K/V to the wrong
+    # slot. Executing each step twice exposes it: the second run must give the same logits, bit for bit.
+    import json
+    import threading
+
+    runs, mismatches = [], []
+    execute = tiny_model.execute
+
+    def twice(tokens, row_offsets, logit_rows, kv):
+        first = np.array(execute(tokens, row_offsets, logit_rows, kv))
+        second = execute(tokens, row_offsets, logit_rows, kv)
+        runs.append(len(tokens))
+        if not np.array_equal(first, second):
+            mismatches.append((len(tokens), float(np.abs(first - second).max())))
+        return second
+
+    monkeypatch.setattr(tiny_model, "execute", twice)
+    stop = threading.Event()
+
+    def busy() -> None:  # allocates and formats, as a server's event loop does
+        while not stop.is_set():
+            arrays = [np.random.rand(1000) for _ in range(50)]
+            json.dumps([a[:10].tolist() for a in arrays])
+
+    thread = threading.Thread(target=busy, daemon=True)
+    thread.start()
+    try:
+        gen = Generator(engine=make_engine(max_batch_size=4))
+        rng = np.random.default_rng(7)
+        params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+        for _ in range(16):  # one request at a time: ~400 batch-1 decode steps, the pattern that failed
+            gen.generate_ids(_prompts(rng, [int(rng.integers(20, 60))]), [params])
+    finally:
+        stop.set()
+        thread.join()
+    assert len(runs) > 300 and not mismatches, f"{len(mismatches)} of {len(runs)} steps differed: {mismatches[:5]}"

@@ -24,29 +24,56 @@ def _wait_idle(server, timeout: float = 60) -> None:
     raise AssertionError("requests still running or KV pages still held")
 
 
-def test_32_concurrent_streams_equal_each_alone(server) -> None:
+# A request's logits in a batch of 32 differ from its logits alone in the last bits (measured: logprobs
+# within 1e-6): the kernels are not batch-invariant (a batch-1 decode step takes the M = 1 qgemv path,
+# a batch step the multi-row path; a 32-prompt step takes the GEMM). With random tiny weights two
+# tokens may tie that closely, and greedy decoding may then pick the other one. Cross-talk moves
+# logprobs by far more than TIE_NATS (a KV slot written from stale page-table inputs moved them by
+# 0.01-0.2 nats and made this test flaky), so the check is: identical up to the first differing token,
+# logprobs equal within TIE_NATS on the way, and that token a tie in the alone run.
+TIE_NATS = 1e-3
+
+
+def _tokens(logprobs) -> list[tuple[str, float, dict[str, float]]]:
+    return [(t.token, t.logprob, {a.token: a.logprob for a in t.top_logprobs}) for t in logprobs]
+
+
+def test_32_concurrent_streams_match_each_alone(server) -> None:
     model = "tiny-llama-Q4_0.gguf"
     prompts = [f"Request {i}: tell me about the number {i * 7}." for i in range(32)]
-    client = openai.AsyncOpenAI(base_url=server.v1, api_key="none", max_retries=0, timeout=600)
-
-    async def stream(prompt: str) -> str:
-        out = []
-        async for chunk in await client.chat.completions.create(
-                model=model, messages=[{"role": "user", "content": prompt}], temperature=0, max_tokens=16,
-                stream=True):
-            if chunk.choices and chunk.choices[0].delta.content:
-                out.append(chunk.choices[0].delta.content)
-        return "".join(out)
+    kw = dict(model=model, temperature=0, max_tokens=16, logprobs=True, top_logprobs=5)
 
     async def main():
-        return await asyncio.gather(*(stream(p) for p in prompts))
+        async with openai.AsyncOpenAI(base_url=server.v1, api_key="none", max_retries=0, timeout=600) as client:
+            async def stream(prompt: str) -> tuple[str, list]:
+                text, logprobs = [], []
+                async for chunk in await client.chat.completions.create(
+                        messages=[{"role": "user", "content": prompt}], stream=True, **kw):
+                    if chunk.choices:
+                        text.append(chunk.choices[0].delta.content or "")
+                        if chunk.choices[0].logprobs:
+                            logprobs.extend(chunk.choices[0].logprobs.content)
+                return "".join(text), logprobs
+
+            return await asyncio.gather(*(stream(p) for p in prompts))
 
     together = asyncio.run(main())
     sync = openai.OpenAI(base_url=server.v1, api_key="none", max_retries=0, timeout=600)
-    for prompt, text in zip(prompts, together):
-        alone = sync.chat.completions.create(model=model, messages=[{"role": "user", "content": prompt}],
-                                             temperature=0, max_tokens=16).choices[0].message.content
-        assert text == alone
+    identical = 0
+    for prompt, (text, logprobs) in zip(prompts, together):
+        alone = sync.chat.completions.create(messages=[{"role": "user", "content": prompt}], **kw).choices[0]
+        a, b = _tokens(alone.logprobs.content), _tokens(logprobs)
+        if text == alone.message.content and [t for t, _, _ in a] == [t for t, _, _ in b]:
+            identical += 1
+        for (tok_a, lp_a, top_a), (tok_b, lp_b, _) in zip(a, b):
+            if tok_a != tok_b:
+                assert tok_b in top_a and abs(top_a[tok_b] - lp_a) < TIE_NATS, (
+                    f"{prompt!r}: together chose {tok_b!r}, alone {tok_a!r} ({lp_a:.6f} vs {top_a.get(tok_b)})")
+                break
+            assert abs(lp_a - lp_b) < TIE_NATS, f"{prompt!r}: token {tok_a!r} logprob {lp_a:.6f} alone, {lp_b:.6f} together"
+        else:
+            assert len(a) == len(b) and text == alone.message.content
+    assert identical >= len(prompts) // 2, f"only {identical} of {len(prompts)} match token for token; ties are rare"
     _wait_idle(server)
 
 

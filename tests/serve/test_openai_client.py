@@ -58,6 +58,31 @@ def test_completions_plain_and_streaming(server) -> None:
     assert streamed == plain.choices[0].text
 
 
+def test_logprobs_plain_and_streaming(server) -> None:
+    client = _client(server)
+    kw = dict(model=_model(server), messages=PROMPT, temperature=0, max_tokens=8, logprobs=True, top_logprobs=3)
+    plain = client.chat.completions.create(**kw)
+    content = plain.choices[0].logprobs.content
+    assert len(content) == plain.usage.completion_tokens
+    for t in content:
+        assert len(t.top_logprobs) == 3 and t.logprob <= 0
+        tops = [a.logprob for a in t.top_logprobs]
+        assert tops == sorted(tops, reverse=True)
+        # Greedy: the chosen token is the most likely one (ties aside).
+        assert t.logprob == pytest.approx(tops[0], abs=1e-9)
+        assert bytes(t.bytes) == t.token.encode()
+    chunks = list(client.chat.completions.create(stream=True, **kw))
+    streamed = [t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content]
+    assert [(t.token, t.logprob) for t in streamed] == [(t.token, t.logprob) for t in content]
+    comp = client.completions.create(model=_model(server), prompt="The capital of France", temperature=0,
+                                     max_tokens=4, logprobs=2)
+    lp = comp.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == comp.usage.completion_tokens
+    assert lp.text_offset[0] == 0 and all(len(t) <= 2 for t in lp.top_logprobs)
+    assert client.chat.completions.create(model=_model(server), messages=PROMPT, max_tokens=2,
+                                          temperature=0).choices[0].logprobs is None
+
+
 def test_stop_seed_and_temperature(server) -> None:
     client = _client(server)
     kw = dict(model=_model(server), messages=PROMPT, max_tokens=10)
@@ -81,6 +106,8 @@ def test_stop_seed_and_temperature(server) -> None:
     (dict(messages=PROMPT, max_tokens=-5), 400, "max_tokens"),
     (dict(messages=PROMPT, max_tokens=10**9), 400, "max_tokens"),
     (dict(messages=PROMPT, top_p=1.5), 400, "top_p"),
+    (dict(messages=PROMPT, top_logprobs=3), 400, "top_logprobs"),
+    (dict(messages=PROMPT, logprobs=True, top_logprobs=50), 400, "top_logprobs"),
     (dict(messages=[{"role": "user", "content": "word " * 3000}]), 400, "messages"),
 ])
 def test_bad_requests_get_openai_errors(server, kwargs, status: int, param: str) -> None:

@@ -1,0 +1,67 @@
+"""Token logprobs and their OpenAI shapes (no model needed)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pipelines.logprobs import token_logprob
+from pipelines.sampling import SamplingError, SamplingParams
+from serve.protocol import APIError, logprobs_object, parse_request
+
+LOGITS = np.array([0.1, 3.0, 2.9, -1.0, 3.0, 2.0], dtype=np.float32)
+
+
+def test_logprob_is_the_log_softmax_and_top_is_ordered() -> None:
+    z = [float(v) for v in LOGITS]
+    log_total = math.log(sum(math.exp(v) for v in z))
+    rec = token_logprob(LOGITS, 2, 3)
+    assert rec.token_id == 2
+    assert rec.logprob == pytest.approx(z[2] - log_total, abs=1e-12)
+    # 1 and 4 tie: the lower id comes first.
+    assert [i for i, _ in rec.top] == [1, 4, 2]
+    assert [lp for _, lp in rec.top] == pytest.approx([z[1] - log_total, z[4] - log_total, z[2] - log_total])
+    assert sum(math.exp(token_logprob(LOGITS, i, 0).logprob) for i in range(len(z))) == pytest.approx(1.0)
+    assert token_logprob(LOGITS, 0, 0).top == ()
+    assert len(token_logprob(LOGITS, 0, 20).top) == len(z)
+
+
+def test_huge_logits_stay_finite() -> None:
+    rec = token_logprob(np.array([1e30, 0.0, -1e30], dtype=np.float32), 0, 2)
+    assert rec.logprob == 0.0 and math.isfinite(rec.top[1][1])
+
+
+def _chat(**extra) -> dict:
+    return {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
+
+
+def test_request_options() -> None:
+    assert parse_request(_chat(), "chat", 100).params.logprobs is None
+    assert parse_request(_chat(logprobs=True), "chat", 100).params.logprobs == 0
+    assert parse_request(_chat(logprobs=True, top_logprobs=7), "chat", 100).params.logprobs == 7
+    assert parse_request({"model": "m", "prompt": "x", "logprobs": 3}, "completion", 100).params.logprobs == 3
+    for body, kind, param in [(_chat(top_logprobs=2), "chat", "top_logprobs"),
+                              (_chat(logprobs=True, top_logprobs=21), "chat", "top_logprobs"),
+                              (_chat(logprobs=1), "chat", "logprobs"),
+                              ({"model": "m", "prompt": "x", "logprobs": 6}, "completion", "logprobs")]:
+        with pytest.raises(APIError) as err:
+            parse_request(body, kind, 100)
+        assert err.value.status == 400 and err.value.param == param
+    with pytest.raises(SamplingError):
+        SamplingParams(logprobs=21)
+
+
+def test_response_shapes() -> None:
+    entries = [token_logprob(LOGITS, 1, 2), token_logprob(LOGITS, 5, 2)]
+    text = {1: "ab", 4: "é", 5: "c"}.get
+    chat = logprobs_object("chat", entries, text)
+    assert [c["token"] for c in chat["content"]] == ["ab", "c"]
+    assert chat["content"][0]["bytes"] == [97, 98]
+    assert [t["token"] for t in chat["content"][1]["top_logprobs"]] == ["ab", "é"]
+    assert chat["content"][1]["top_logprobs"][1]["bytes"] == list("é".encode())
+    comp = logprobs_object("completion", entries, text, text_offset=5)
+    assert comp["tokens"] == ["ab", "c"] and comp["text_offset"] == [5, 7]
+    assert comp["token_logprobs"] == [entries[0].logprob, entries[1].logprob]
+    assert list(comp["top_logprobs"][0]) == ["ab", "é"]
