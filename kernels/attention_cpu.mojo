@@ -20,6 +20,9 @@
 # scores are computed 4 keys x 4 query rows at a time and their 16 horizontal sums share one shuffle
 # tree (_sum16): 1024 keys (cache-resident) 255-265 -> 228-235 us; at 4096 keys no change measured
 # within the noise (920-1087 us), where the reads from DRAM dominate.
+# P @ V runs 4 query rows at a time (_pv_rows), reading each value row once per block instead of once
+# per row, and the prefetches go to L2: 4096 keys 1121-1193 -> 978-1015 us and then -5% (in-process
+# A/B of two kernel builds, same inputs, bit-identical outputs).
 
 from std.math import exp, sqrt
 from max.gpu.host import DeviceContext
@@ -36,8 +39,11 @@ comptime PF_KEYS = 16     # decode: software prefetch distance in keys (see _til
 
 @always_inline
 def _prefetch_row[D: Int](p: Ptr[F32]):
+    # Into L2, not L1: one head's rows are 4 KB apart, so they all fall into the same few L1 sets
+    # and rows fetched into L1 ahead of use were evicted before it (L1 hint: 924-944 us, L2: 859-898 us
+    # for 4096 keys, in-process A/B).
     comptime for i in range(0, D, 16):  # one 64-byte line per 16 floats
-        prefetch[PrefetchOptions().for_read().high_locality()](p.unsafe_offset(i))
+        prefetch[PrefetchOptions().for_read().medium_locality()](p.unsafe_offset(i))
 
 
 @always_inline
@@ -83,6 +89,37 @@ def _dot[D: Int](a: Ptr[F32], b: Ptr[F32]) -> Float32:
     comptime for i in range(1, A):
         total += acc[i]
     return total.reduce_add()
+
+
+@always_inline
+def _pv_rows[D: Int, NR: Int](
+    kv: KVView[F32], b: Int, seq_start: Int, g: Int, j0: Int, n: Int, v_first: Ptr[F32], v_run: Bool,
+    probs: Ptr[F32], o_part: Ptr[F32], alpha_row: Array[Float32, ROWS], r0: Int,
+):
+    # o_part[r] = o_part[r] * alpha[r] + sum_j probs[r, j] * V[j0 + j] for rows r0 .. r0 + NR, in
+    # column strips of 4 vectors (NR x 4 accumulators, 4 value vectors, NR probabilities in registers).
+    comptime VW = 4 * FW
+    comptime assert D % VW == 0, "head_dim must be a multiple of 4 SIMD widths"
+    comptime for h in range(D // VW):
+        var acc = Array[SIMD[F32, FW], NR * 4](fill=SIMD[F32, FW](0))
+        comptime for i in range(NR):
+            var orow = o_part.unsafe_offset((r0 + i) * D + h * VW)
+            comptime for k in range(4):
+                acc[i * 4 + k] = orow.unsafe_load[width=FW](k * FW) * alpha_row[r0 + i]
+        for j in range(n):
+            # Inside one page (or ragged K/V) value rows are slot_stride apart: no page lookup.
+            var vp = v_first.unsafe_offset(j * kv.slot_stride) if v_run else kv.value(b, seq_start, j0 + j, g)
+            var vv = Array[SIMD[F32, FW], 4](fill=SIMD[F32, FW](0))
+            comptime for k in range(4):
+                vv[k] = vp.unsafe_load[width=FW](h * VW + k * FW)
+            comptime for i in range(NR):
+                var pj = SIMD[F32, FW](probs[unsafe_offset=(r0 + i) * BK + j])
+                comptime for k in range(4):
+                    acc[i * 4 + k] = vv[k].fma(pj, acc[i * 4 + k])
+        comptime for i in range(NR):
+            var orow = o_part.unsafe_offset((r0 + i) * D + h * VW)
+            comptime for k in range(4):
+                orow.unsafe_store(k * FW, acc[i * 4 + k])
 
 
 def _tile[D: Int](
@@ -188,9 +225,11 @@ def _tile[D: Int](
                     if j <= pos_row[r]:
                         s = _dot[D](q.unsafe_offset(q_row[r]), kp) * scale
                     scores[unsafe_offset=r * BK + (j - j0)] = s
-        # Online softmax and P @ V, one row at a time with its output in registers.
+        # Online softmax, row by row: block max, rescale factor alpha, probabilities in place of the
+        # scores, running denominator.
         var v_first = kv.value(b, seq_start, j0, g)
         var v_run = not kv.paged or (j0 // kv.page_size == (j1 - 1) // kv.page_size)
+        var alpha_row = Array[Float32, ROWS](fill=1)
         for r in range(rows):
             var srow = scores.unsafe_offset(r * BK)
             var m_old = ml_part[unsafe_offset=2 * r]
@@ -205,7 +244,10 @@ def _tile[D: Int](
                 m_blk = max(m_blk, srow[unsafe_offset=jm])
                 jm += 1
             if m_blk == NEG_INF:
-                continue  # every key of this block is in this row's future
+                # Every key of this block is in this row's future: it adds nothing.
+                for jz in range(n):
+                    srow[unsafe_offset=jz] = 0
+                continue
             var m_new = max(m_old, m_blk)
             var alpha = exp(m_old - m_new)
             var l = ml_part[unsafe_offset=2 * r + 1] * alpha
@@ -220,22 +262,24 @@ def _tile[D: Int](
                 srow[unsafe_offset=jj] = p1
                 l += p1
                 jj += 1
-            var acc = Array[SIMD[F32, FW], D // FW](fill=SIMD[F32, FW](0))
-            var orow = o_part.unsafe_offset(r * D)
-            comptime for i in range(D // FW):
-                acc[i] = orow.unsafe_load[width=FW](i * FW) * alpha
-            for j in range(n):
-                var pj = srow[unsafe_offset=j]
-                if pj == 0:
-                    continue
-                # Inside one page (or ragged K/V) value rows are slot_stride apart: no page lookup.
-                var vp = v_first.unsafe_offset(j * kv.slot_stride) if v_run else kv.value(b, seq_start, j0 + j, g)
-                comptime for i in range(D // FW):
-                    acc[i] = vp.unsafe_load[width=FW](i * FW).fma(SIMD[F32, FW](pj), acc[i])
-            comptime for i in range(D // FW):
-                orow.unsafe_store(i * FW, acc[i])
+            alpha_row[r] = alpha
             ml_part[unsafe_offset=2 * r] = m_new
             ml_part[unsafe_offset=2 * r + 1] = l
+        # P @ V for up to 4 rows at once: each value row is read once per block for all of them.
+        # Row by row, a row's 64 value rows (4 KB apart, all in the same L1 sets) were evicted before
+        # the next row came back to them, and every row re-read them from L2.
+        var r0 = 0
+        while r0 < rows:
+            var nr = min(4, rows - r0)
+            if nr == 4:
+                _pv_rows[D, 4](kv, b, seq_start, g, j0, n, v_first, v_run, scores, o_part, alpha_row, r0)
+            elif nr == 3:
+                _pv_rows[D, 3](kv, b, seq_start, g, j0, n, v_first, v_run, scores, o_part, alpha_row, r0)
+            elif nr == 2:
+                _pv_rows[D, 2](kv, b, seq_start, g, j0, n, v_first, v_run, scores, o_part, alpha_row, r0)
+            else:
+                _pv_rows[D, 1](kv, b, seq_start, g, j0, n, v_first, v_run, scores, o_part, alpha_row, r0)
+            r0 += nr
         j0 = j1
 
 
