@@ -19,6 +19,7 @@ struct KVView[dtype: DType](Copyable, ImplicitlyCopyable, Movable):
     var _lookup: UPtr[DType.uint32]   # paged: [B, max_pages] page ids (unused when ragged)
     var lookup_cols: Int
     var page_size: Int
+    var page_shift: Int               # log2(page_size) when it is a power of two, else -1
     var page_stride: Int              # elements between pages
     var slot_stride: Int              # elements between slots (tokens) of a page / rows of ragged K
     var head_stride: Int              # elements between kv heads
@@ -33,6 +34,14 @@ struct KVView[dtype: DType](Copyable, ImplicitlyCopyable, Movable):
         self._lookup = rebind[UPtr[DType.uint32]](lookup)
         self.lookup_cols = lookup_cols
         self.page_size = page_size
+        # Row addressing runs per key and row: a shift and a mask instead of two integer divisions
+        # (MAX's page sizes are powers of two; others keep the division).
+        self.page_shift = -1
+        if page_size > 0 and (page_size & (page_size - 1)) == 0:
+            var shift = 0
+            while (1 << shift) < page_size:
+                shift += 1
+            self.page_shift = shift
         self.page_stride = page_stride
         self.slot_stride = slot_stride
         self.head_stride = head_stride
@@ -53,8 +62,16 @@ struct KVView[dtype: DType](Copyable, ImplicitlyCopyable, Movable):
     @always_inline
     def _offset(self, b: Int, seq_start: Int, j: Int, g: Int) -> Int:
         if self.paged:
-            var page = Int(self._lookup[unsafe_offset=b * self.lookup_cols + j // self.page_size])
-            return page * self.page_stride + (j % self.page_size) * self.slot_stride + g * self.head_stride
+            var page_index: Int
+            var slot: Int
+            if self.page_shift >= 0:
+                page_index = j >> self.page_shift
+                slot = j & (self.page_size - 1)
+            else:
+                page_index = j // self.page_size
+                slot = j % self.page_size
+            var page = Int(self._lookup[unsafe_offset=b * self.lookup_cols + page_index])
+            return page * self.page_stride + slot * self.slot_stride + g * self.head_stride
         return (seq_start + j) * self.slot_stride + g * self.head_stride
 
     @always_inline
