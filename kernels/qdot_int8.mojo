@@ -96,10 +96,7 @@ def pair_layout_q8[qtype: StaticString](
         comptime if qtype == "q4_1":
             sx2.unsafe_store(p * 4, SIMD[F32, 4](0, sx[unsafe_offset=b], 0, sx[unsafe_offset=b + 1]))
         else:
-            var lanes = SIMD[DType.int32, 16](0)
-            comptime for i in range(16):
-                var c = Int32(0)
-                comptime for j in range(4):
-                    c += qx2[unsafe_offset=p * PAIR + 4 * i + j].cast[DType.int32]()
-                lanes[i] = -8 * c
-            cx2.unsafe_store(p * 16, lanes)
+            # Each int32 lane's sum of its 4 x bytes: the same dot product against weight bytes of 1.
+            var sums = dot_u8_i8_x2(SIMD[DType.int32, 16](0), SIMD[DType.uint8, PAIR](1),
+                                    qx2.unsafe_offset(p * PAIR).unsafe_load[width=PAIR](0))
+            cx2.unsafe_store(p * 16, sums * -8)

@@ -183,25 +183,25 @@ def _qgemv_row_q8_pairs[qtype: StaticString, U: Int](
                 var q = blk.unsafe_offset(head).unsafe_load[width=16](0).join(
                     blk.unsafe_offset(bb + head).unsafe_load[width=16](0))
                 var wq = (q & 0xF).join(q >> 4)
-                # Headers of both blocks as floats: Q4_1 (d0, m0, d1, m1), Q4_0 (d0, d1, d0, d1).
                 var xq = qx2.unsafe_offset(p * PAIR).unsafe_load[width=PAIR](0)
-                var scale: SIMD[F32, 16]
+                # Headers of both blocks as floats: Q4_1 (d0, m0, d1, m1), Q4_0 (d0, d1, d0, d1).
+                var hdr: SIMD[F32, 4]
                 var dp: SIMD[DType.int32, 16]
                 comptime if qtype == "q4_1":
                     var h = SIMD[DType.uint32, 2](blk.bitcast[UInt32]()[unsafe_offset=0],
                                                   blk.unsafe_offset(bb).bitcast[UInt32]()[unsafe_offset=0])
-                    var hdr = bitcast[DType.float16, 4](h).cast[F32]()  # d_b, m_b, d_b1, m_b1
-                    var h16 = hdr.join(hdr).join(hdr.join(hdr))
-                    scale = h16.shuffle[0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2]()
+                    hdr = bitcast[DType.float16, 4](h).cast[F32]()
                     dp = dot_u8_i8_x2(SIMD[DType.int32, 16](0), wq, xq)
                     off = hdr.fma(sx2.unsafe_load[width=4](p * 4), off)
                 else:
                     var h = SIMD[DType.uint16, 2](blk.bitcast[UInt16]()[unsafe_offset=0],
                                                   blk.unsafe_offset(bb).bitcast[UInt16]()[unsafe_offset=0])
-                    var d2 = bitcast[DType.float16, 2](h).cast[F32]()  # d_b, d_b1
-                    var h16 = d2.join(d2).join(d2.join(d2)).join(d2.join(d2).join(d2.join(d2)))
-                    scale = h16.shuffle[0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1]()
+                    var d2 = bitcast[DType.float16, 2](h).cast[F32]()
+                    hdr = d2.join(d2)
                     dp = dot_u8_i8_x2(cx2.unsafe_load[width=16](p * 16), wq, xq)
+                comptime d1 = 2 if qtype == "q4_1" else 1  # lane of d_b1 in hdr
+                var h16 = hdr.join(hdr).join(hdr.join(hdr))
+                var scale = h16.shuffle[0, 0, 0, 0, d1, d1, d1, d1, 0, 0, 0, 0, d1, d1, d1, d1]()
                 acc[u] = dp.cast[F32]().fma(scale * dx2.unsafe_load[width=16](p * 16), acc[u])
         p0 += U
     var total = off.reduce_add()
@@ -240,8 +240,8 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
     comptime pairs = int8_act and MROWS == 1 and (qtype == "q4_0" or qtype == "q4_1")
     var qx2 = rebind[I8Ptr](scratch[DType.int8](K if pairs else 1))
     var dx2 = scratch[F32]((nb // 2) * 16 if pairs else 1)
-    var sx2 = scratch[F32]((nb // 2) * 4 if pairs else 1)
-    var cx2 = scratch[DType.int32]((nb // 2) * 16 if pairs else 1)
+    var sx2 = scratch[F32]((nb // 2) * 4 if pairs and qtype == "q4_1" else 1)
+    var cx2 = scratch[DType.int32]((nb // 2) * 16 if pairs and qtype == "q4_0" else 1)
     comptime if int8_act:
         quantize_rows_q8(x, MROWS, K, qx, dx, sx)
         comptime if pairs:

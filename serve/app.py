@@ -190,6 +190,7 @@ def create_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI
             raise APIError(400, str(exc), code="invalid_value") from exc
         rid = new_id(kind)
         headers = {"X-Crucible-Kernels": state.kernels_header}
+
         def token_text(token_id: int) -> str:
             return tok.decode([token_id])
 
@@ -235,7 +236,8 @@ def create_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI
             lp = None
             if req.params.logprobs is not None and out.logprobs:
                 lp = logprobs_object(req.kind, out.logprobs, token_text, offset)
-                offset += sum(len(token_text(e.token_id)) for e in out.logprobs)
+                if req.kind == "completion":
+                    offset += sum(len(t) for t in lp["tokens"])
             return _sse(stream_chunk(req, rid, state.model_name, out.text_delta, None, state.fingerprint,
                                      logprobs=lp))
 
