@@ -3,7 +3,9 @@
 #   qgemv  M <= 32 (decode, and batched decode up to 32 sequences). Memory-bound on the quantized
 #          bytes. M = 1 streams one weight row at a time (two accumulator chains, software prefetch
 #          1 KB ahead); the block's scale multiplies the combined products (Q4: per-block offset via
-#          x's block sums; Q8_0/F16: dot_block). For M > 1 each block is decoded to floats once and
+#          x's block sums; Q8_0/F16: dot_block, likewise two chains: with one, Q8_0 rows advanced one
+#          block per add latency; in-process A/B: SmolLM2's tied lm_head 49152 x 576 694 -> 578 us,
+#          4096 x 4096 673 -> 416 us). For M > 1 each block is decoded to floats once and
 #          reused by up to 8 rows (2 weight rows in flight); M > 8 runs in groups of <= 8 rows, each
 #          streaming the weights again.
 #   qgemv, act = "q8"  the same passes with x quantized to int8 per block and integer block dot
@@ -87,21 +89,39 @@ def _qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
                 total += accu[u * R + r].reduce_add() + offset[u * R + r]
             y[unsafe_offset=n0 + r] = total
         return
+    comptime if MROWS == 1:
+        # Q8_0 / F16 decode rows: U accumulators over consecutive blocks, as in the Q4 path above (see
+        # the file header for what one accumulator cost).
+        var accu = Array[SIMD[F32, HALF], U * R](fill=SIMD[F32, HALF](0))
+        var nb = K // QBLOCK
+        var b0 = 0
+        while b0 < nb:
+            comptime for u in range(U):
+                var b = b0 + u
+                if b < nb:
+                    var x0 = x.unsafe_load[width=HALF](b * QBLOCK)
+                    var x1 = x.unsafe_load[width=HALF](b * QBLOCK + HALF)
+                    comptime for r in range(R):
+                        var blk = w.unsafe_offset((n0 + r) * row_bytes + b * bb)
+                        _prefetch_ahead(blk)
+                        accu[u * R + r] += dot_block[qtype](blk, x0, x1)
+            b0 += U
+        comptime for r in range(R):
+            var total = accu[r]
+            comptime for u in range(1, U):
+                total += accu[u * R + r]
+            y[unsafe_offset=n0 + r] = total.reduce_add()
+        return
     for b in range(K // QBLOCK):
         comptime for r in range(R):
             _prefetch_ahead(w.unsafe_offset((n0 + r) * row_bytes + b * bb))
-        comptime if MROWS == 1:
-            var x0 = x.unsafe_load[width=HALF](b * QBLOCK)
-            var x1 = x.unsafe_load[width=HALF](b * QBLOCK + HALF)
-            comptime for r in range(R):
-                acc[r] += dot_block[qtype](w.unsafe_offset((n0 + r) * row_bytes + b * bb), x0, x1)
-        else:
-            comptime for r in range(R):
-                var v = decode_block[qtype](w.unsafe_offset((n0 + r) * row_bytes + b * bb))
-                comptime for m in range(MROWS):
-                    var x0 = x.unsafe_load[width=HALF](m * K + b * QBLOCK)
-                    var x1 = x.unsafe_load[width=HALF](m * K + b * QBLOCK + HALF)
-                    acc[m * R + r] = v[1].fma(x1, v[0].fma(x0, acc[m * R + r]))
+        # MROWS > 1: each block decoded once, reused by every x row.
+        comptime for r in range(R):
+            var v = decode_block[qtype](w.unsafe_offset((n0 + r) * row_bytes + b * bb))
+            comptime for m in range(MROWS):
+                var x0 = x.unsafe_load[width=HALF](m * K + b * QBLOCK)
+                var x1 = x.unsafe_load[width=HALF](m * K + b * QBLOCK + HALF)
+                acc[m * R + r] = v[1].fma(x1, v[0].fma(x0, acc[m * R + r]))
     comptime for m in range(MROWS):
         comptime for r in range(R):
             y[unsafe_offset=m * N + n0 + r] = acc[m * R + r].reduce_add()
