@@ -103,16 +103,16 @@ class KernelBench:
     """
 
     def __init__(self, target: Target, quick: bool = False, block_s: float = 0.15) -> None:
-        from max.driver import CPU, Accelerator
         from max.engine import InferenceSession
         from max.graph import DeviceRef
 
+        from crucible.devices import max_device
         from crucible.kernel_build import kernel_package
         from graphs.cpu_threads import CpuThreadTuner
 
         self.target = target
         self.quick = quick
-        self.device = CPU() if target == "cpu" else Accelerator()
+        self.device = max_device(target)
         self.ref = DeviceRef.CPU() if target == "cpu" else DeviceRef.GPU()
         self.session = InferenceSession(devices=[self.device])
         self.graphs = GraphSet(self.session, self.ref, kernel_package().path, {})

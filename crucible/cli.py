@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from crucible import __version__
+from crucible.devices import NO_GPU, gpu_count
 from crucible.registry import list_models
 
 
@@ -326,13 +327,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def gpu_count() -> int:
-    """Accelerators MAX can see (0 on a CPU-only machine)."""
-    from max.driver import accelerator_count
-
-    return int(accelerator_count())
-
-
 def wants_gpu(args: argparse.Namespace) -> bool:
     """Whether the subcommand was asked to run on a GPU (--device, --devices or --target gpu)."""
     return "gpu" in (getattr(args, "device", None), getattr(args, "devices", None), getattr(args, "target", None))
@@ -341,12 +335,9 @@ def wants_gpu(args: argparse.Namespace) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line and returns the exit status."""
     args = build_parser().parse_args(argv)
-    # Without this check MAX's Accelerator() fails deep inside the job with a traceback and driver
-    # probing noise; say what is missing instead, before loading anything.
+    # Checked here, before anything loads (crucible.devices.max_device raises the same error later).
     if wants_gpu(args) and gpu_count() == 0:
-        print("crucible: a GPU was asked for, but MAX sees no accelerator on this machine "
-              "(max.driver.accelerator_count() == 0); run on a machine with an NVIDIA or AMD GPU, "
-              "or use the cpu target", file=sys.stderr)
+        print(f"crucible: {NO_GPU}", file=sys.stderr)
         return 2
     return int(args.func(args) or 0)
 

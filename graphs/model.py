@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from crucible.devices import max_device
 from crucible.kernel_build import kernel_package
 from crucible.registry import ModelSource, resolve_model
 from graphs.config import ModelConfig, load_config
@@ -64,7 +65,6 @@ class CrucibleModel:
     """
 
     def __init__(self, model: str | ModelSource, options: ModelOptions = ModelOptions(), session=None) -> None:
-        from max.driver import CPU, Accelerator
         from max.dtype import DType
         from max.engine import InferenceSession
         from max.graph import DeviceRef
@@ -72,9 +72,9 @@ class CrucibleModel:
 
         self.source = model if isinstance(model, ModelSource) else resolve_model(model)
         self.options = options
+        self.device = max_device(options.device)  # before the weights load: a missing GPU fails at once
         self.config: ModelConfig = load_config(self.source)
         self.weights: ModelWeights = load_weights(self.source, self.config)
-        self.device = CPU() if options.device == "cpu" else Accelerator()
         ref = DeviceRef.CPU() if options.device == "cpu" else DeviceRef.GPU()
         self.kv_params = MHAKVCacheParams(
             dtype=DType.float32, n_kv_heads=self.config.num_kv_heads, head_dim=self.config.head_dim,

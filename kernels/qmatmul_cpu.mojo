@@ -5,7 +5,8 @@
 #          1 KB ahead); the block's scale multiplies the combined products (Q4: per-block offset via
 #          x's block sums; Q8_0/F16: dot_block, likewise two chains: with one, Q8_0 rows advanced one
 #          block per add latency; in-process A/B: SmolLM2's tied lm_head 49152 x 576 694 -> 578 us,
-#          4096 x 4096 673 -> 416 us). For M > 1 each block is decoded to floats once and
+#          4096 x 4096 673 -> 416 us; sharing the Q4 rows' loop, one horizontal sum per chain, then
+#          measured 606-627 -> 566-574 and 427-436 -> 257-258 us). For M > 1 each block is decoded to floats once and
 #          reused by up to 8 rows (2 weight rows in flight); M > 8 runs in groups of <= 8 rows, each
 #          streaming the weights again.
 #   qgemv, act = "q8"  the same passes with x quantized to int8 per block and integer block dot
@@ -54,11 +55,12 @@ def _qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
     # y[m, n0:n0+R] = x[m, :] . dequant(W[n0:n0+R, :]) for m < MROWS. xsum[b] = sum of x[0, block b].
     comptime bb = block_bytes[qtype]()
     comptime U = 2 if MROWS * R <= 2 else 1
-    var acc = Array[SIMD[F32, HALF], MROWS * R](fill=SIMD[F32, HALF](0))
-    comptime if MROWS == 1 and (qtype == "q4_0" or qtype == "q4_1"):
-        # Decode fast path: each nibble becomes a float by table lookup (quant.nibble_values; Q4_0's
-        # -8 sits in the table), the scale d multiplies the block's combined products once, and Q4_1's
-        # offset m is applied once per block through the block sum of x, as a scalar.
+    comptime if MROWS == 1:
+        # Decode rows. Q4: each nibble becomes a float by table lookup (quant.nibble_values; Q4_0's -8
+        # sits in the table), the scale d multiplies the block's combined products once, and Q4_1's
+        # offset m is applied once per block through the block sum of x, as a scalar. Q8_0 / F16:
+        # dot_block.
+        comptime q4 = qtype == "q4_0" or qtype == "q4_1"
         comptime head = 2 if qtype == "q4_0" else 4
         comptime base = -8 if qtype == "q4_0" else 0
         # U independent accumulators per row (blocks b, b + 1, ...): one FMA chain per row would
@@ -76,12 +78,15 @@ def _qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
                     comptime for r in range(R):
                         var blk = w.unsafe_offset((n0 + r) * row_bytes + b * bb)
                         _prefetch_ahead(blk)
-                        var q = blk.unsafe_offset(head).unsafe_load[width=HALF](0).cast[DType.int32]()
-                        var t = nibble_values[base](q >> 4).fma(x1, nibble_values[base](q) * x0)
-                        var dm = block_scales(blk)  # (d, m) for Q4_1
-                        accu[u * R + r] = t.fma(SIMD[F32, HALF](dm[0]), accu[u * R + r])
-                        comptime if qtype == "q4_1":
-                            offset[u * R + r] += dm[1] * xsum[unsafe_offset=b]
+                        comptime if q4:
+                            var q = blk.unsafe_offset(head).unsafe_load[width=HALF](0).cast[DType.int32]()
+                            var t = nibble_values[base](q >> 4).fma(x1, nibble_values[base](q) * x0)
+                            var dm = block_scales(blk)  # (d, m) for Q4_1
+                            accu[u * R + r] = t.fma(SIMD[F32, HALF](dm[0]), accu[u * R + r])
+                            comptime if qtype == "q4_1":
+                                offset[u * R + r] += dm[1] * xsum[unsafe_offset=b]
+                        else:
+                            accu[u * R + r] += dot_block[qtype](blk, x0, x1)
             b0 += U
         comptime for r in range(R):
             var total = accu[r].reduce_add() + offset[r]
@@ -89,33 +94,11 @@ def _qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
                 total += accu[u * R + r].reduce_add() + offset[u * R + r]
             y[unsafe_offset=n0 + r] = total
         return
-    comptime if MROWS == 1:
-        # Q8_0 / F16 decode rows: U accumulators over consecutive blocks, as in the Q4 path above (see
-        # the file header for what one accumulator cost).
-        var accu = Array[SIMD[F32, HALF], U * R](fill=SIMD[F32, HALF](0))
-        var nb = K // QBLOCK
-        var b0 = 0
-        while b0 < nb:
-            comptime for u in range(U):
-                var b = b0 + u
-                if b < nb:
-                    var x0 = x.unsafe_load[width=HALF](b * QBLOCK)
-                    var x1 = x.unsafe_load[width=HALF](b * QBLOCK + HALF)
-                    comptime for r in range(R):
-                        var blk = w.unsafe_offset((n0 + r) * row_bytes + b * bb)
-                        _prefetch_ahead(blk)
-                        accu[u * R + r] += dot_block[qtype](blk, x0, x1)
-            b0 += U
-        comptime for r in range(R):
-            var total = accu[r]
-            comptime for u in range(1, U):
-                total += accu[u * R + r]
-            y[unsafe_offset=n0 + r] = total.reduce_add()
-        return
+    # MROWS > 1: each block decoded once, reused by every x row.
+    var acc = Array[SIMD[F32, HALF], MROWS * R](fill=SIMD[F32, HALF](0))
     for b in range(K // QBLOCK):
         comptime for r in range(R):
             _prefetch_ahead(w.unsafe_offset((n0 + r) * row_bytes + b * bb))
-        # MROWS > 1: each block decoded once, reused by every x row.
         comptime for r in range(R):
             var v = decode_block[qtype](w.unsafe_offset((n0 + r) * row_bytes + b * bb))
             comptime for m in range(MROWS):

@@ -40,3 +40,14 @@ def test_cpu_runs_never_probe_for_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None
     for argv in (["bench", "kernels"], ["qualify"], ["generate"], ["serve"], ["batch", "a", "b"], ["models"]):
         assert not cli.wants_gpu(parser.parse_args(argv))
     assert cli.main(["models"]) == 0
+
+
+def test_opening_a_gpu_device_without_one_is_the_same_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from crucible import devices
+
+    monkeypatch.setattr(devices, "gpu_count", lambda: 0)
+    with pytest.raises(devices.NoGPUError, match="no accelerator"):
+        devices.max_device("gpu")
+    with pytest.raises(ValueError, match="'cpu' or 'gpu'"):
+        devices.max_device("tpu")
+    assert type(devices.max_device("cpu")).__name__ == "CPU"

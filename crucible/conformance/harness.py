@@ -61,13 +61,14 @@ class Harness:
     """
 
     def __init__(self, target: Target, compile_only: bool = False) -> None:
-        from max.driver import CPU, Accelerator
         from max.engine import InferenceSession
         from max.graph import DeviceRef
 
+        from crucible.devices import max_device
+
         self.target = target
         self.compile_only = compile_only
-        self.device = CPU() if target == "cpu" else Accelerator()
+        self.device = max_device(target)
         self.ref = DeviceRef.CPU() if target == "cpu" else DeviceRef.GPU()
         self.session = InferenceSession(devices=[self.device])
         self.kernels = kernel_package()
