@@ -40,6 +40,24 @@ def test_chain_targets_compare_against_the_fp32_chain() -> None:
     assert abs(three["value"] - 60 / 19) < 1e-9 and three["met"]
 
 
+def test_chain_targets_pair_rows_of_the_same_shape() -> None:
+    small = {"M": 1, "K": 576, "N": 1536, "copies": 100}
+    large = {"M": 1, "K": 4096, "N": 4096, "copies": 7}
+    q4 = 4096 * 4096 / 32 * 18
+    rows = [
+        _row("matmul", "chain", small, 576 * 1536 * 4, {"crucible": 60.0, "max": 110.0}),
+        _row("matmul", "chain", large, 4096 * 4096 * 4, {"crucible": 950.0, "max": 2200.0}),
+        _row("qmatmul", "chain:q4_0:q8", large, q4, {"crucible": q4 / 46e3}),  # 46 GB/s
+    ]
+    targets = {t["target"]: t for t in check_targets(rows, {"read_bandwidth_gbps": 72.0}, "cpu")}
+    assert targets["fp32 matmul M=1 K=4096 N=4096 >= 2x MAX (chain of copies)"]["met"]  # 2.32x
+    bw = targets["q4_0 act=q8 M=1 K=4096 N=4096 >= 60% of read bandwidth (chain of copies)"]
+    assert abs(bw["value"] - 46 / 72) < 1e-9 and bw["met"]
+    three = targets["q4_0 act=q8 M=1 K=4096 N=4096 >= 3x our fp32 matmul (chain of copies)"]
+    assert abs(three["value"] - 950 / (q4 / 46e3)) < 1e-9  # against the 4096 fp32 chain, not the 576 one
+    assert not any("K=576" in name and "q4_0" in name for name in targets)
+
+
 def test_bandwidth_targets_use_the_best_read_rate_of_the_run() -> None:
     # A row's own interleaved probe can read low by chance; the run's best read rate is the ceiling.
     shape = {"M": 1, "K": 4096, "N": 4096}
