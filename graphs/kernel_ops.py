@@ -107,6 +107,54 @@ def rmsnorm(x: TensorValue, weight: TensorValue, eps: float) -> TensorValue:
                       parameters={"eps": float(eps)})[0].tensor
 
 
+def add_rmsnorm(h: TensorValue, delta: TensorValue, weight: TensorValue, eps: float) -> tuple[TensorValue, TensorValue]:
+    """The residual add and the norm after it, in one op.
+
+    Args:
+        h: [T, H] residual stream.
+        delta: [T, H] branch output added to it.
+        weight: [H].
+        eps: Epsilon inside the square root.
+
+    Returns:
+        (h + delta, rmsnorm(h + delta) * weight), both [T, H].
+    """
+    t = TensorType(h.dtype, h.shape, device=_device(h))
+    s, y = ops.custom("crucible.add_rmsnorm", _device(h), [h, delta, weight], [t, t],
+                      parameters={"eps": float(eps)})
+    return s.tensor, y.tensor
+
+
+def qkv_rope_write(qkv: TensorValue, kv_blocks: BufferValue, inv_freq: TensorValue, row_offsets: TensorValue,
+                   cache_lengths: TensorValue, lookup_table: TensorValue, layer: int, n_heads: int,
+                   head_dim: int, interleaved: bool) -> TensorValue:
+    """Rope on q and k of a fused qkv projection; k and v written into the paged cache (in place).
+
+    One op for split + rope(q) + rope(k) + kv_cache_write. Positions and cache slots as in ``rope``
+    and ``kv_cache_write``: token i of sequence b is at cache_lengths[b] + i.
+
+    Args:
+        qkv: [T, (Hq + 2 Hkv) D], per token the q heads, then the k heads, then the v heads.
+        kv_blocks: [pages, 2, L, page_size, Hkv, D] MAX's paged cache buffer.
+        inv_freq: [D / 2] float32.
+        row_offsets: [B + 1] uint32.
+        cache_lengths: [B] uint32 tokens already cached per sequence.
+        lookup_table: [B, max_pages] uint32 page ids.
+        layer: Layer index into the cache.
+        n_heads: Hq.
+        head_dim: D.
+        interleaved: The rope layout (see ``rope``).
+
+    Returns:
+        q: [T, Hq, D] with rope applied.
+    """
+    layer_t = ops.constant(layer, DType.uint32, device=DeviceRef.CPU())
+    out = TensorType(qkv.dtype, [qkv.shape[0], n_heads, head_dim], device=_device(qkv))
+    return ops.inplace_custom("crucible.qkv_rope_write", _device(qkv),
+                              [qkv, kv_blocks, inv_freq, row_offsets, cache_lengths, lookup_table, layer_t],
+                              [out], parameters={"interleaved": interleaved})[0].tensor
+
+
 def rope(x: TensorValue, inv_freq: TensorValue, row_offsets: TensorValue, start_pos: TensorValue,
          interleaved: bool) -> TensorValue:
     """Rotary position embedding of a ragged batch.
@@ -178,8 +226,9 @@ def attention_paged(q: TensorValue, kv_blocks: BufferValue, row_offsets: TensorV
                     cache_lengths: TensorValue, lookup_table: TensorValue, layer: int) -> TensorValue:
     """Causal GQA attention of new tokens over their sequence's cached and new K/V (paged).
 
-    The new tokens' K/V must already be written (``kv_cache_write``). Token i of sequence b sits at
-    position cache_lengths[b] + i and attends to positions [0, cache_lengths[b] + i].
+    The new tokens' K/V must already be written (``kv_cache_write`` or ``qkv_rope_write``). Token i
+    of sequence b sits at position cache_lengths[b] + i and attends to positions
+    [0, cache_lengths[b] + i].
 
     Args:
         q: [T, Hq, D].

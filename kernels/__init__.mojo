@@ -11,7 +11,9 @@
 #   crucible.attention_ragged  attention.mojo     causal GQA prefill over a ragged batch (contiguous K/V)
 #   crucible.attention_paged   attention.mojo     prefill-with-history and decode from MAX's paged KV cache
 #   crucible.kv_cache_write  kv_cache.mojo        stores new K/V rows into their pages
+#   crucible.qkv_rope_write  qkv_rope_write.mojo  fused qkv -> roped q, and roped k + v into the paged cache
 #   crucible.rmsnorm         rmsnorm.mojo
+#   crucible.add_rmsnorm     rmsnorm.mojo         residual add + rmsnorm, both results
 #   crucible.rope            rope.mojo            half-split (HF Llama) and interleaved (GGUF Llama) layouts
 #   crucible.silu_mul        silu_mul.mojo        silu(gate) * up on a fused [T, 2I] gate|up projection
 #   crucible.read_bandwidth  bandwidth.mojo       a plain read-bandwidth probe (benchmark ceiling)

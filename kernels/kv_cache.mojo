@@ -17,6 +17,26 @@ from .rope import sequence_of
 comptime MutableInputTensor = ManagedTensorSlice[io_spec=IOSpec[True, IO.Input](), ...]
 
 
+def check_cache_room(
+    op: StaticString, offsets: Ptr[DType.uint32], lens: Ptr[DType.uint32], lookup: Ptr[DType.uint32],
+    B: Int, T: Int, cols: Int, page_size: Int, pages: Int,
+) raises:
+    """CPU check before writing new rows: the offsets cover the T tokens, and every sequence's new
+    rows land in pages its page table holds, with page ids inside the cache."""
+    if Int(offsets[unsafe_offset=B]) != T:
+        raise Error(op, ": row_offsets end at ", Int(offsets[unsafe_offset=B]), ", not T=", T)
+    for b in range(B):
+        var n_new = Int(offsets[unsafe_offset=b + 1]) - Int(offsets[unsafe_offset=b])
+        var start = Int(lens[unsafe_offset=b])
+        if start + n_new > cols * page_size:
+            raise Error(op, ": sequence ", b, " would hold ", start + n_new,
+                        " tokens but its page table has room for ", cols * page_size)
+        if n_new > 0:
+            for p in range(start // page_size, (start + n_new - 1) // page_size + 1):
+                if Int(lookup[unsafe_offset=b * cols + p]) >= pages:
+                    raise Error(op, ": page id out of range for sequence ", b)
+
+
 def _write_kernel[dtype: DType](
     k_base: Ptr[dtype], v_base: Ptr[dtype], k: Ptr[dtype], v: Ptr[dtype], lookup: Ptr[DType.uint32],
     offsets: Ptr[DType.uint32], lens: Ptr[DType.uint32], T: Int32, Hkv: Int32, D: Int32, B: Int32,
@@ -75,22 +95,16 @@ struct KVCacheWrite:
         comptime if target == "cpu":
             var kv = KVView[kv_blocks.dtype](base, base.unsafe_offset(st[1]), lookup, cols, page_size,
                                              st[0], st[3], st[4], True)
-            var pages = kv_blocks.dim_size(0)
             var kp = k.unsafe_ptr()
             var vp = v.unsafe_ptr()
-            if Int(offsets[unsafe_offset=B]) != T:
-                raise Error("crucible.kv_cache_write: row_offsets end at ", Int(offsets[unsafe_offset=B]), ", not T=", T)
+            check_cache_room("crucible.kv_cache_write", offsets, lens, lookup, B, T, cols, page_size,
+                             kv_blocks.dim_size(0))
             for b in range(B):
                 var s0 = Int(offsets[unsafe_offset=b])
                 var s1 = Int(offsets[unsafe_offset=b + 1])
                 var start = Int(lens[unsafe_offset=b])
-                if start + (s1 - s0) > cols * page_size:
-                    raise Error("crucible.kv_cache_write: sequence ", b, " would hold ", start + s1 - s0,
-                                " tokens but its page table has room for ", cols * page_size)
                 for t in range(s0, s1):
                     var j = start + t - s0
-                    if Int(lookup[unsafe_offset=b * cols + j // page_size]) >= pages:
-                        raise Error("crucible.kv_cache_write: page id out of range for sequence ", b)
                     for g in range(Hkv):
                         var kd = kv.key(b, s0, j, g)
                         var vd = kv.value(b, s0, j, g)

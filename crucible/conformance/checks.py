@@ -13,7 +13,10 @@ Tolerances (u = unit roundoff: 2^-24 for fp32, 2^-8 for bf16):
   products are exact, so only float rounding remains. And against the exact float reference with
   the bound sum_k |x_k - xq_k| |w_k| + the fp32 bound: the activation rounding error, worst case.
 - rmsnorm, silu_mul: a few fp32 ulps of the result: 8 * u * |ref| + 1e-6.
+- add_rmsnorm: the sum h + delta is rounded once in fp32 (and once more to bf16 there): 2 * u * |sum|;
+  the norm of that rounded sum as rmsnorm.
 - rope: the angle pos * inv_freq is formed in fp32, as transformers does: error <= 2 * u * pos * |x|.
+- qkv_rope_write: q and the cached k as rope; the cached v must be the input bytes exactly.
 - attention: outputs are convex combinations of V rows; fp32 softmax and accumulation over n keys
   give ~sqrt(n) * u relative error: 2e-5 * max|v| (fp32), 2^-6 * max|v| for bf16 inputs and outputs.
 """
@@ -166,23 +169,24 @@ def elementwise_graph(h: Harness, dtype: str):
     compute = DType.bfloat16 if dtype == "bfloat16" else f32
     eps = 1e-5
 
-    def build(x, w, xr, invf, offs, start, gu):
+    def build(x, w, xr, invf, offs, start, gu, delta):
         c = lambda v: ops.cast(v.tensor, compute)  # noqa: E731
         back = lambda v: ops.cast(v, f32)  # noqa: E731
+        summed, normed = K.add_rmsnorm(c(x), c(delta), c(w), eps)
         return [back(K.rmsnorm(c(x), c(w), eps)),
                 back(K.rope(c(xr), invf.tensor, offs.tensor, start.tensor, False)),
                 back(K.rope(c(xr), invf.tensor, offs.tensor, start.tensor, True)),
-                back(K.silu_mul(c(gu)))]
+                back(K.silu_mul(c(gu))), back(summed), back(normed)]
 
     types = [TensorType(f32, ["t", "h"], device=h.ref), TensorType(f32, ["h"], device=h.ref),
              TensorType(f32, ["t", "nh", "d"], device=h.ref), TensorType(f32, ["half"], device=h.ref),
              TensorType(u32, ["b1"], device=h.ref), TensorType(u32, ["b"], device=h.ref),
-             TensorType(f32, ["t", "i2"], device=h.ref)]
+             TensorType(f32, ["t", "i2"], device=h.ref), TensorType(f32, ["t", "h"], device=h.ref)]
     return h.model(f"elementwise_{dtype}", types, build)
 
 
 def check_elementwise(h: Harness, dtype: str) -> list[CaseResult]:
-    """rmsnorm, rope (both layouts) and silu_mul over odd row widths and ragged batches."""
+    """rmsnorm, add_rmsnorm, rope (both layouts) and silu_mul over odd row widths and ragged batches."""
     eps = 1e-5
     model = elementwise_graph(h, dtype)
     rng = np.random.default_rng(2)
@@ -200,11 +204,19 @@ def check_elementwise(h: Harness, dtype: str) -> list[CaseResult]:
         theta = 10000.0 if d == 64 else 500000.0
         invf = (1.0 / theta ** (np.arange(0, d, 2, dtype=np.float64) / d)).astype(np.float32)
         gu = rnd(rng.standard_normal((t, 2 * inter)).astype(np.float32))
-        ys = h.run(model, [x, w, xr, invf, offs, start, gu])
+        delta = rnd(rng.standard_normal((t, width)).astype(np.float32))
+        ys = h.run(model, [x, w, xr, invf, offs, start, gu, delta])
         shape = f"T={t} B={len(lens)}"
         ref = R.rmsnorm(x, w, eps)
         out.append(result(h, "crucible.rmsnorm", "", dtype, f"{shape} H={width}",
                           _ratio(np.abs(ys[0] - ref), 8 * u * np.abs(ref) + 1e-6), 1.0))
+        exact_sum = x.astype(np.float64) + delta
+        out.append(result(h, "crucible.add_rmsnorm", "sum", dtype, f"{shape} H={width}",
+                          _ratio(np.abs(ys[4] - exact_sum), 2 * u * np.abs(exact_sum) + 1e-30), 1.0))
+        # The norm is of the sum as the kernel rounded it (ys[4]), as an unfused add would hand it on.
+        ref = R.rmsnorm(ys[4], w, eps)
+        out.append(result(h, "crucible.add_rmsnorm", "norm", dtype, f"{shape} H={width}",
+                          _ratio(np.abs(ys[5] - ref), 8 * u * np.abs(ref) + 1e-6), 1.0))
         pos = R.positions(offs, start)
         rope_bound = 2 * U32 * (pos[:, None, None] + 1) * np.abs(xr).max() * 4 + 8 * u * np.abs(xr).max()
         for i, inter_layout in ((1, False), (2, True)):
@@ -291,6 +303,83 @@ def attention_graphs(h: Harness, dtype: str, d: int):
     return ragged, paged
 
 
+def qkv_rope_write_graph(h: Harness, d: int):
+    """qkv_rope_write into a float32 cache: the half-split layout into layer 0, the interleaved one
+    into layer 1, so one graph checks both; outputs the two roped q."""
+    from max.dtype import DType
+    from max.graph import BufferType, TensorType
+
+    from graphs import kernel_ops as K
+
+    f32, u32 = DType.float32, DType.uint32
+
+    def build(blocks, qkv, invf, offs, lens, lut, hq_like):
+        hq = hq_like.tensor.shape[0]
+        return [K.qkv_rope_write(qkv.tensor, blocks.buffer, invf.tensor, offs.tensor, lens.tensor, lut.tensor,
+                                 layer, hq, d, interleaved) for layer, interleaved in ((0, False), (1, True))]
+
+    return h.model(f"qkv_rope_write_{d}", [
+        BufferType(f32, ["pages", 2, LAYERS, PAGE_SIZE, "hkv", d], device=h.ref),
+        TensorType(f32, ["t", "w"], device=h.ref), TensorType(f32, [d // 2], device=h.ref),
+        TensorType(u32, ["b1"], device=h.ref), TensorType(u32, ["b"], device=h.ref),
+        TensorType(u32, ["b", "mp"], device=h.ref),
+        # Only its length matters: the number of q heads, a symbolic dim of the output.
+        TensorType(u32, ["hq"], device=h.ref)], build)
+
+
+def check_qkv_rope_write(h: Harness) -> list[CaseResult]:
+    """qkv_rope_write over the attention cases' batches (ragged, with history, across pages): the
+    returned q and the cached k against the rope reference, the cached v exact, in both layouts."""
+    out = []
+    rng = np.random.default_rng(5)
+    for lens, hist, hq, hkv, d in ATTENTION_CASES:
+        model = qkv_rope_write_graph(h, d)
+        offs = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint32)
+        t = int(offs[-1])
+        starts = np.array(hist, np.uint32)
+        qkv = rng.standard_normal((t, (hq + 2 * hkv) * d)).astype(np.float32)
+        theta = 10000.0 if d == 64 else 500000.0
+        invf = (1.0 / theta ** (np.arange(0, d, 2, dtype=np.float64) / d)).astype(np.float32)
+        need = [-(-(hi + n) // PAGE_SIZE) for hi, n in zip(hist, lens)]
+        n_pages = sum(need) + 2
+        perm = rng.permutation(n_pages)
+        lut = np.zeros((len(lens), max(need)), np.uint32)
+        i = 0
+        for s, pages in enumerate(need):
+            lut[s, :pages] = perm[i:i + pages]
+            i += pages
+        blocks = rng.standard_normal((n_pages, 2, LAYERS, PAGE_SIZE, hkv, d)).astype(np.float32)
+        buf = h.to_device(blocks)
+        args = [buf] + [h.to_device(a) for a in (qkv, invf, offs, starts, lut, np.zeros(hq, np.uint32))]
+        qs = h.run_buffers(model, args)
+        from max.driver import CPU
+
+        after = buf.to(CPU()).to_numpy()
+        heads = qkv.reshape(t, hq + 2 * hkv, d)
+        pos = R.positions(offs, starts)
+        shape = f"new={list(lens)} cached={list(hist)} Hq={hq} Hkv={hkv} D={d}"
+        for layer, interleaved in ((0, False), (1, True)):
+            ref_q = R.rope(heads[:, :hq], invf, offs, starts, interleaved)
+            ref_k = R.rope(heads[:, hq:hq + hkv], invf, offs, starts, interleaved)
+            cached_k = np.empty_like(ref_k)
+            v_exact = True
+            for s in range(len(lens)):
+                for n in range(lens[s]):
+                    row, j = int(offs[s]) + n, hist[s] + n
+                    page, slot = lut[s, j // PAGE_SIZE], j % PAGE_SIZE
+                    cached_k[row] = after[page, 0, layer, slot]
+                    v_exact &= bool(np.array_equal(after[page, 1, layer, slot], heads[row, hq + hkv:]))
+            bound = 2 * U32 * (pos[:, None, None] + 1) * np.abs(heads).max() * 4 + 8 * U32 * np.abs(heads).max()
+            variant = "interleaved" if interleaved else "half-split"
+            out.append(result(h, "crucible.qkv_rope_write", variant + ":q", "float32", shape,
+                              _ratio(np.abs(qs[layer] - ref_q), bound), 1.0))
+            out.append(result(h, "crucible.qkv_rope_write", variant + ":k-cached", "float32", shape,
+                              _ratio(np.abs(cached_k - ref_k), bound), 1.0))
+            out.append(result(h, "crucible.qkv_rope_write", variant + ":v-cached-exact", "float32", shape,
+                              0.0 if v_exact else 1.0, 0.0))
+    return out
+
+
 def check_attention(h: Harness, dtype: str) -> list[CaseResult]:
     """Ragged prefill and paged (write, then attend) attention over GQA ratios 1/3/4/8, head_dim
     64/128, sequences crossing page boundaries, prefill with history and long-context decode."""
@@ -374,6 +463,8 @@ def compile_all(h: Harness) -> list[str]:
         elementwise_graph(h, dtype)
         for d in (64, 128):
             attention_graphs(h, dtype, d)
+    for d in (64, 128):
+        qkv_rope_write_graph(h, d)
     return sorted(h.compile_seconds)
 
 
@@ -390,6 +481,7 @@ def run_all(h: Harness) -> list[CaseResult]:
     results += check_elementwise(h, "float32")
     results += check_embedding(h)
     results += check_attention(h, "float32")
+    results += check_qkv_rope_write(h)
     if h.target == "gpu":
         results += check_elementwise(h, "bfloat16")
         results += check_attention(h, "bfloat16")

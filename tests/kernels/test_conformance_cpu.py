@@ -40,7 +40,15 @@ def test_qmatmul(cpu_harness: Harness, qtype: str) -> None:
 
 
 def test_rmsnorm_rope_silu(cpu_harness: Harness) -> None:
-    _assert_all_pass(checks.check_elementwise(cpu_harness, "float32"), 3 * 4)
+    results = checks.check_elementwise(cpu_harness, "float32")
+    assert {r.op for r in results} == {"crucible.rmsnorm", "crucible.add_rmsnorm", "crucible.rope",
+                                       "crucible.silu_mul"}
+    _assert_all_pass(results, 3 * 6)
+
+
+def test_qkv_rope_write(cpu_harness: Harness) -> None:
+    # q, cached k and cached v in both layouts for every batch of the attention grid.
+    _assert_all_pass(checks.check_qkv_rope_write(cpu_harness), len(checks.ATTENTION_CASES) * 6)
 
 
 def test_embedding_every_table_format(cpu_harness: Harness) -> None:

@@ -56,7 +56,7 @@ def _assert_ran_crucible(log: str) -> None:
     line = next((ln for ln in log.splitlines() if "Crucible decoder from" in ln), None)
     assert line is not None, "MAX did not load Crucible's architecture"
     assert "'hot_path_fallbacks': []" in line
-    for op in ("attention_paged", "kv_cache_write", "rmsnorm", "rope", "silu_mul", "embedding"):
+    for op in ("attention_paged", "qkv_rope_write", "add_rmsnorm", "rmsnorm", "silu_mul", "embedding"):
         assert f"crucible.{op}" in line
 
 
