@@ -98,6 +98,50 @@ class GraphSet:
             return self.get(f"rms_ours_{dtype}", types, lambda x, w: [K.rmsnorm(x.tensor, w.tensor, 1e-5)])
         return self.get(f"rms_max_{dtype}", types, lambda x, w: [ops.rms_norm(x.tensor, w.tensor, 1e-5)])
 
+    def add_rmsnorm(self, system: str, dtype: DType):
+        """Residual add + norm, both results: our fused op, or MAX's add then ops.rms_norm."""
+        types = [TensorType(dtype, ["t", "h"], device=self.ref), TensorType(dtype, ["t", "h"], device=self.ref),
+                 TensorType(dtype, ["h"], device=self.ref)]
+        if system == "crucible":
+            return self.get(f"addrms_ours_{dtype}", types,
+                            lambda x, d, w: list(K.add_rmsnorm(x.tensor, d.tensor, w.tensor, 1e-5)))
+
+        def build(x, d, w):
+            s = x.tensor + d.tensor
+            return [s, ops.rms_norm(s, w.tensor, 1e-5)]
+
+        return self.get(f"addrms_max_{dtype}", types, build)
+
+    def qkv_rope_write(self, system: str, dtype: DType, n_heads: int, n_kv: int, head_dim: int):
+        """From a fused qkv projection to roped q with k, v in a paged cache [pages, 2, 1, 128, Hkv, D].
+
+        system "crucible": crucible.qkv_rope_write; "unfused": what the decoder graph ran
+        before that op existed, split + crucible.rope on q and on k + crucible.kv_cache_write.
+        """
+        from max.graph import BufferType
+
+        u32, f32, d = DType.uint32, DType.float32, head_dim
+        types = [BufferType(dtype, ["pages", 2, 1, 128, n_kv, d], device=self.ref),
+                 TensorType(dtype, ["t", (n_heads + 2 * n_kv) * d], device=self.ref),
+                 TensorType(f32, [d // 2], device=self.ref), TensorType(u32, ["b1"], device=self.ref),
+                 TensorType(u32, ["b"], device=self.ref), TensorType(u32, ["b", "mp"], device=self.ref)]
+
+        def fused(blocks, qkv, invf, offs, lens, lut):
+            return [K.qkv_rope_write(qkv.tensor, blocks.buffer, invf.tensor, offs.tensor, lens.tensor, lut.tensor,
+                                     0, n_heads, d, False)]
+
+        def unfused(blocks, qkv, invf, offs, lens, lut):
+            t = qkv.tensor.shape[0]
+            q, k, v = ops.split(qkv.tensor, [n_heads * d, n_kv * d, n_kv * d], axis=1)
+            q = K.rope(ops.reshape(q, [t, n_heads, d]), invf.tensor, offs.tensor, lens.tensor, False)
+            k = K.rope(ops.reshape(k, [t, n_kv, d]), invf.tensor, offs.tensor, lens.tensor, False)
+            K.kv_cache_write(blocks.buffer, k, ops.reshape(v, [t, n_kv, d]), offs.tensor, lens.tensor,
+                             lut.tensor, 0)
+            return [q]
+
+        build = fused if system == "crucible" else unfused
+        return self.get(f"qkvrw_{system}_{dtype}_{n_heads}_{n_kv}_{d}", types, build)
+
     def silu_mul(self, system: str, dtype: DType):
         if system == "crucible":
             types = [TensorType(dtype, ["t", "i2"], device=self.ref)]

@@ -282,6 +282,11 @@ class KernelBench:
         elem = 4 if self.target == "cpu" else 2
         self.rows.append(Row("rmsnorm", model.name, {"M": m, "H": h}, "", str(dt), self.target, 4.0 * m * h,
                              float(elem * 2 * m * h)).fill(self._time(systems)))
+        delta = self._cast(self.rng.standard_normal((m, h)).astype(np.float32))
+        systems = {s: self._call(self.graphs.add_rmsnorm(s, dt), [x, delta, w]) for s in ("crucible", "max")}
+        self.rows.append(Row("add_rmsnorm", model.name, {"M": m, "H": h}, "", str(dt), self.target, 5.0 * m * h,
+                             float(elem * 4 * m * h)).fill(self._time(systems)))
+        self.qkv_rope_write_row(model, m)
         gu_host = self.rng.standard_normal((m, 2 * i)).astype(np.float32)
         systems = {"crucible": self._call(self.graphs.silu_mul("crucible", dt), [self._cast(gu_host)]),
                    "max": self._call(self.graphs.silu_mul("max", dt),
@@ -299,6 +304,24 @@ class KernelBench:
         self.rows.append(Row("rope", model.name, {"M": m, "heads": model.n_heads, "D": d}, "half-split", str(dt),
                              self.target, 6.0 * m * model.n_heads * d / 2,
                              float(elem * 2 * m * model.n_heads * d)).fill(self._time(systems)))
+
+    def qkv_rope_write_row(self, model: ModelShapes, m: int, cached: int = 100) -> None:
+        """The fused qkv -> roped q + cache write op against the unfused ops it replaced, for one
+        sequence of m new tokens after `cached` ones (positions cross a page boundary once m > 28)."""
+        dt = self.float_dtype
+        hq, hkv, d = model.n_heads, model.n_kv, model.head_dim
+        pages = (cached + m) // 128 + 2
+        lut = self._buf(np.arange(pages - 1, dtype=np.uint32)[None, ::-1].copy())
+        blocks = self._cast(np.zeros((pages, 2, 1, 128, hkv, d), np.float32))
+        qkv = self._cast(self.rng.standard_normal((m, (hq + 2 * hkv) * d)).astype(np.float32))
+        inv = self._buf((1.0 / 10000.0 ** (np.arange(0, d, 2) / d)).astype(np.float32))
+        args = [blocks, qkv, inv, self._buf(np.array([0, m], np.uint32)), self._buf(np.array([cached], np.uint32)), lut]
+        systems = {s: self._call(self.graphs.qkv_rope_write(s, dt, hq, hkv, d), args)
+                   for s in ("crucible", "unfused")}
+        elem = 4 if self.target == "cpu" else 2
+        self.rows.append(Row("qkv_rope_write", model.name, {"M": m, "Hq": hq, "Hkv": hkv, "D": d}, "half-split",
+                             str(dt), self.target, 6.0 * m * (hq + hkv) * d / 2,
+                             float(elem * 2 * m * (hq + 2 * hkv) * d)).fill(self._time(systems)))
 
     def attention_rows(self, model: ModelShapes, new_tokens: int, cached: int) -> None:
         """One sequence: `new_tokens` queries over `cached` + new keys, from MAX's paged cache."""

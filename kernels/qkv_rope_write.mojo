@@ -9,8 +9,8 @@
 #   interleaved  the rope layout, as crucible.rope: False pairs (i, i + D/2), True pairs (2i, 2i + 1).
 # Token t of sequence b sits at position j = cache_lengths[b] + (t - row_offsets[b]): rope angle
 # j * inv_freq[i] (fp32, as crucible.rope) and cache slot j (page lookup[b, j // page_size]).
-# The rope math and cache addressing are rope.mojo's and kv_layout.mojo's, so results match the
-# unfused ops bit for bit.
+# The rope math (rope.mojo's vector helpers on the CPU) and the cache addressing (kv_layout.mojo) are
+# the unfused ops' own.
 
 import extensibility
 from extensibility import InputTensor, IO, IOSpec, ManagedTensorSlice, OutputTensor
@@ -21,7 +21,7 @@ from std.math import cos, sin
 from .common import F32, Ptr, ceil_div, cpu_threads, parallel_for
 from .kv_cache import check_cache_room
 from .kv_layout import KVView
-from .rope import _pair_index, sequence_of
+from .rope import RW, RopeVecs, _pair_index, rope_angles, rope_head_cpu, rope_vectorized, sequence_of
 
 comptime MutableInputTensor = ManagedTensorSlice[io_spec=IOSpec[True, IO.Input](), ...]
 
@@ -134,20 +134,32 @@ struct QKVRopeWrite:
             def tokens(task: Int) {var qp, var xp, var kv, var freqs, var offsets, var lens, var T, var Hq, var Hkv,
                                    var D, var B, var heads, var per}:
                 var half = D // 2
+                var cv = RopeVecs(fill=SIMD[F32, RW](0))
+                var sv = RopeVecs(fill=SIMD[F32, RW](0))
                 for t in range(task * per, min(T, (task + 1) * per)):
                     var b = sequence_of(t, offsets, B)
                     var j = Int(lens[unsafe_offset=b]) + t - Int(offsets[unsafe_offset=b])
                     var s0 = Int(offsets[unsafe_offset=b])
                     var row = xp.unsafe_offset(t * heads * D)
-                    for i in range(half):
-                        var angle = Float32(j) * freqs[unsafe_offset=i]
-                        var c = cos(angle)
-                        var s = sin(angle)
+                    if rope_vectorized(D):
+                        rope_angles(Float32(j), freqs, half, cv, sv)
                         for h in range(Hq):
-                            _rotate[F32, interleaved](qp.unsafe_offset((t * Hq + h) * D), row.unsafe_offset(h * D),
-                                                      i, D, c, s)
+                            rope_head_cpu[interleaved](qp.unsafe_offset((t * Hq + h) * D), row.unsafe_offset(h * D),
+                                                       cv, sv, half)
                         for g in range(Hkv):
-                            _rotate[F32, interleaved](kv.key(b, s0, j, g), row.unsafe_offset((Hq + g) * D), i, D, c, s)
+                            rope_head_cpu[interleaved](kv.key(b, s0, j, g), row.unsafe_offset((Hq + g) * D), cv, sv,
+                                                       half)
+                    else:
+                        for i in range(half):
+                            var angle = Float32(j) * freqs[unsafe_offset=i]
+                            var c = cos(angle)
+                            var s = sin(angle)
+                            for h in range(Hq):
+                                _rotate[F32, interleaved](qp.unsafe_offset((t * Hq + h) * D),
+                                                          row.unsafe_offset(h * D), i, D, c, s)
+                            for g in range(Hkv):
+                                _rotate[F32, interleaved](kv.key(b, s0, j, g), row.unsafe_offset((Hq + g) * D), i, D,
+                                                          c, s)
                     for g in range(Hkv):
                         var src = row.unsafe_offset((Hq + Hkv + g) * D)
                         var dst = kv.value(b, s0, j, g)

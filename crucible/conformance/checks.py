@@ -193,8 +193,10 @@ def check_elementwise(h: Harness, dtype: str) -> list[CaseResult]:
     u = UBF16 if dtype == "bfloat16" else U32
     rnd = round_bf16 if dtype == "bfloat16" else (lambda a: a)
     out = []
+    # D = 80: D / 2 = 40 is not a multiple of rope's CPU vector width (16 pairs): the scalar path.
     for lens, starts, width, heads, d, inter in (((1,), (0,), 576, 9, 64, 1536), ((3, 1, 9), (5, 0, 1000), 577, 3, 128, 1537),
-                                                  ((64,), (4000,), 4096, 32, 128, 14336)):
+                                                  ((64,), (4000,), 4096, 32, 128, 14336),
+                                                  ((2, 5), (3, 60), 100, 5, 80, 100)):
         offs = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint32)
         start = np.array(starts, np.uint32)
         t = int(offs[-1])
@@ -332,7 +334,8 @@ def check_qkv_rope_write(h: Harness) -> list[CaseResult]:
     returned q and the cached k against the rope reference, the cached v exact, in both layouts."""
     out = []
     rng = np.random.default_rng(5)
-    for lens, hist, hq, hkv, d in ATTENTION_CASES:
+    # D = 80 (no attention case: attention takes 64 and 128) is rope's scalar CPU path.
+    for lens, hist, hq, hkv, d in ATTENTION_CASES + (((3, 2), (126, 0), 4, 2, 80),):
         model = qkv_rope_write_graph(h, d)
         offs = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint32)
         t = int(offs[-1])
