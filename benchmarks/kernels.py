@@ -412,6 +412,8 @@ class KernelBench:
                 self.attention_rows(model, 1, cached)
             for m in (64, 512):
                 self.attention_rows(model, m, 0)
+        if self.skipped:
+            self.extra["skipped"] = list(self.skipped)
         return self.rows
 
 

@@ -170,8 +170,6 @@ def cmd_bench_kernels(args: argparse.Namespace) -> int:
         print(f"{'MET    ' if t['met'] else 'NOT MET'}  {t['target']}: {t['value']:.2f} (need {t['need']}{ceiling})")
     for reason in bench.skipped:
         print(f"SKIPPED  {reason}")
-    if bench.skipped:
-        bench.extra["skipped"] = list(bench.skipped)
     path = write_report(rows, bench.extra, targets, version_matrix(args.target), Path(args.out))
     print(f"wrote {path} and {path.with_suffix('.png')}")
     return 0

@@ -60,6 +60,15 @@ def _project(x: TensorValue, bound: tuple[Linear, TensorValue, TensorValue | Non
     return y + b if b is not None else y
 
 
+def _residual_norm(h: TensorValue, pending: TensorValue | None, weight: TensorValue,
+                   eps: float) -> tuple[TensorValue, TensorValue]:
+    # h: [T, H] residual stream; pending: [T, H] branch output not yet added to it (None: nothing).
+    # Returns (h + pending, its rmsnorm), the add fused into the norm's op.
+    if pending is None:
+        return h, K.rmsnorm(h, weight, eps)
+    return K.add_rmsnorm(h, pending, weight, eps)
+
+
 def _single_device_kv(unflattened):
     """The one device's PagedCacheValues, whether the params hand back a list or a tree of them."""
     from max.nn.kv_cache import KVCacheInputsPerDevice
@@ -116,21 +125,16 @@ def build_graph(cfg: ModelConfig, weights: ModelWeights, kv_params, device: Devi
         mlp_out = None  # the previous layer's MLP output, added to h by the next norm: [T, H]
         for i, layer in enumerate(weights.layers):
             p = f"layers.{i}."
-            attn_norm = binder.add(p + "attn_norm", layer.attn_norm)
-            if mlp_out is None:
-                x = K.rmsnorm(h, attn_norm, eps)
-            else:
-                h, x = K.add_rmsnorm(h, mlp_out, attn_norm, eps)
+            h, x = _residual_norm(h, mlp_out, binder.add(p + "attn_norm", layer.attn_norm), eps)
             qkv = _project(x, binder.linear(p + "qkv", layer.qkv), activations)  # [T, (Hq + 2 Hkv) D]
             q = K.qkv_rope_write(qkv, kv.kv_blocks, inv_freq, offsets, kv.cache_lengths, kv.lookup_table, i,
                                  hq, d, cfg.rope_interleaved)  # [T, Hq, D]
             attn = K.attention_paged(q, kv.kv_blocks, offsets, kv.cache_lengths, kv.lookup_table, i)
             o = _project(ops.reshape(attn, [n_tokens, hq * d]), binder.linear(p + "o_proj", layer.o_proj), activations)
-            h, x = K.add_rmsnorm(h, o, binder.add(p + "ffn_norm", layer.ffn_norm), eps)
+            h, x = _residual_norm(h, o, binder.add(p + "ffn_norm", layer.ffn_norm), eps)
             gu = _project(x, binder.linear(p + "gate_up", layer.gate_up), activations)  # [T, 2I]
             mlp_out = _project(K.silu_mul(gu), binder.linear(p + "down", layer.down), activations)
-        final_norm = binder.add("final_norm", weights.final_norm)
-        h = K.rmsnorm(h, final_norm, eps) if mlp_out is None else K.add_rmsnorm(h, mlp_out, final_norm, eps)[1]
+        _, h = _residual_norm(h, mlp_out, binder.add("final_norm", weights.final_norm), eps)
         h_sel = ops.gather(h, logit_rows, axis=0)  # [num_logits, H]
         if weights.lm_head is weights.embedding:
             head = (emb, emb_w, None)

@@ -21,21 +21,9 @@ from std.math import cos, sin
 from .common import F32, Ptr, ceil_div, cpu_threads, parallel_for
 from .kv_cache import check_cache_room
 from .kv_layout import KVView
-from .rope import RW, RopeVecs, _pair_index, rope_angles, rope_head_cpu, rope_vectorized, sequence_of
+from .rope import RW, RopeVecs, _pair_index, rope_angles, rope_head_cpu, rotate_pair, sequence_of
 
 comptime MutableInputTensor = ManagedTensorSlice[io_spec=IOSpec[True, IO.Input](), ...]
-
-
-@always_inline
-def _rotate[dtype: DType, interleaved: Bool](
-    dst: Ptr[dtype], src: Ptr[dtype], i: Int, D: Int, c: Float32, s: Float32
-):
-    # One rope pair of one head: src and dst point at the head's D values.
-    var p = _pair_index[interleaved](i, D)
-    var x1 = src[unsafe_offset=p[0]].cast[F32]()
-    var x2 = src[unsafe_offset=p[1]].cast[F32]()
-    dst[unsafe_offset=p[0]] = (x1 * c - x2 * s).cast[dtype]()
-    dst[unsafe_offset=p[1]] = (x2 * c + x1 * s).cast[dtype]()
 
 
 def _qkv_kernel[dtype: DType, interleaved: Bool](
@@ -63,12 +51,8 @@ def _qkv_kernel[dtype: DType, interleaved: Bool](
     var src = qkv.unsafe_offset((t * heads + head) * d)
     if head < hq + hkv:
         var angle = Float32(j) * inv_freq[unsafe_offset=i]
-        var c = cos(angle)
-        var s = sin(angle)
-        if head < hq:
-            _rotate[dtype, interleaved](q_out.unsafe_offset((t * hq + head) * d), src, i, d, c, s)
-        else:
-            _rotate[dtype, interleaved](kv.key(b, 0, j, head - hq), src, i, d, c, s)
+        var dst = q_out.unsafe_offset((t * hq + head) * d) if head < hq else kv.key(b, 0, j, head - hq)
+        rotate_pair[dtype, interleaved](dst, src, i, d, cos(angle), sin(angle))
     else:
         var p = _pair_index[interleaved](i, d)
         var dst = kv.value(b, 0, j, head - hq - hkv)
@@ -133,7 +117,6 @@ struct QKVRopeWrite:
 
             def tokens(task: Int) {var qp, var xp, var kv, var freqs, var offsets, var lens, var T, var Hq, var Hkv,
                                    var D, var B, var heads, var per}:
-                var half = D // 2
                 var cv = RopeVecs(fill=SIMD[F32, RW](0))
                 var sv = RopeVecs(fill=SIMD[F32, RW](0))
                 for t in range(task * per, min(T, (task + 1) * per)):
@@ -141,25 +124,14 @@ struct QKVRopeWrite:
                     var j = Int(lens[unsafe_offset=b]) + t - Int(offsets[unsafe_offset=b])
                     var s0 = Int(offsets[unsafe_offset=b])
                     var row = xp.unsafe_offset(t * heads * D)
-                    if rope_vectorized(D):
-                        rope_angles(Float32(j), freqs, half, cv, sv)
-                        for h in range(Hq):
-                            rope_head_cpu[interleaved](qp.unsafe_offset((t * Hq + h) * D), row.unsafe_offset(h * D),
-                                                       cv, sv, half)
-                        for g in range(Hkv):
-                            rope_head_cpu[interleaved](kv.key(b, s0, j, g), row.unsafe_offset((Hq + g) * D), cv, sv,
-                                                       half)
-                    else:
-                        for i in range(half):
-                            var angle = Float32(j) * freqs[unsafe_offset=i]
-                            var c = cos(angle)
-                            var s = sin(angle)
-                            for h in range(Hq):
-                                _rotate[F32, interleaved](qp.unsafe_offset((t * Hq + h) * D),
-                                                          row.unsafe_offset(h * D), i, D, c, s)
-                            for g in range(Hkv):
-                                _rotate[F32, interleaved](kv.key(b, s0, j, g), row.unsafe_offset((Hq + g) * D), i, D,
-                                                          c, s)
+                    var pos = Float32(j)
+                    rope_angles(pos, freqs, D, cv, sv)
+                    for h in range(Hq):
+                        rope_head_cpu[interleaved](qp.unsafe_offset((t * Hq + h) * D), row.unsafe_offset(h * D),
+                                                   cv, sv, pos, freqs, D)
+                    for g in range(Hkv):
+                        rope_head_cpu[interleaved](kv.key(b, s0, j, g), row.unsafe_offset((Hq + g) * D), cv, sv, pos,
+                                                   freqs, D)
                     for g in range(Hkv):
                         var src = row.unsafe_offset((Hq + Hkv + g) * D)
                         var dst = kv.value(b, s0, j, g)

@@ -42,7 +42,8 @@ def position_of(t: Int, offsets: Ptr[DType.uint32], start: Ptr[DType.uint32], B:
 # head with vector loads; the interleaved layout de-interleaves a head's 2 RW values into the two
 # halves of its pairs. Scalar libm cos/sin per pair cost ~2.5 us per token at D = 128 (crucible.rope
 # at 64 tokens, 32 heads: 110 us, MAX 62 us). head_dim with D / 2 a multiple of RW up to
-# 2 * ROPE_MAX_HALF (64 and 128) take this path; others the scalar loop.
+# 2 * ROPE_MAX_HALF (64 and 128) take this path; other head dims rotate pair by pair, with cos and
+# sin per pair and head (no model we load has one).
 comptime RW = 16
 comptime ROPE_MAX_HALF = 64
 comptime RopeVecs = Array[SIMD[F32, RW], ROPE_MAX_HALF // RW]
@@ -55,17 +56,47 @@ def rope_vectorized(D: Int) -> Bool:
 
 
 @always_inline
-def rope_angles(pos: Float32, inv_freq: Ptr[F32], half: Int, mut c: RopeVecs, mut s: RopeVecs):
-    """c, s = cos, sin of pos * inv_freq[0:half] (rope_vectorized(2 * half) must hold)."""
-    for v in range(half // RW):
+def _pair_index[interleaved: Bool](i: Int, D: Int) -> Tuple[Int, Int]:
+    comptime if interleaved:
+        return (2 * i, 2 * i + 1)
+    else:
+        return (i, i + D // 2)
+
+
+@always_inline
+def rotate_pair[dtype: DType, interleaved: Bool](
+    dst: Ptr[dtype], src: Ptr[dtype], i: Int, D: Int, c: Float32, s: Float32
+):
+    """Pair i of one head by the angle with cosine c and sine s; src and dst point at the head's D values."""
+    var p = _pair_index[interleaved](i, D)
+    var x1 = src[unsafe_offset=p[0]].cast[F32]()
+    var x2 = src[unsafe_offset=p[1]].cast[F32]()
+    dst[unsafe_offset=p[0]] = (x1 * c - x2 * s).cast[dtype]()
+    dst[unsafe_offset=p[1]] = (x2 * c + x1 * s).cast[dtype]()
+
+
+@always_inline
+def rope_angles(pos: Float32, inv_freq: Ptr[F32], D: Int, mut c: RopeVecs, mut s: RopeVecs):
+    """c, s = cos, sin of pos * inv_freq[0:D/2], for rope_head_cpu (nothing to do unless rope_vectorized(D))."""
+    if not rope_vectorized(D):
+        return
+    for v in range(D // 2 // RW):
         var angle = pos * inv_freq.unsafe_load[width=RW](v * RW)
         c[v] = cos(angle)
         s[v] = sin(angle)
 
 
 @always_inline
-def rope_head_cpu[interleaved: Bool](dst: Ptr[F32], src: Ptr[F32], c: RopeVecs, s: RopeVecs, half: Int):
-    """One head's D = 2 half values, rotated by the angles of rope_angles."""
+def rope_head_cpu[interleaved: Bool](
+    dst: Ptr[F32], src: Ptr[F32], c: RopeVecs, s: RopeVecs, pos: Float32, inv_freq: Ptr[F32], D: Int
+):
+    """One head's D values at position pos, rotated with the angles of rope_angles(pos, ...)."""
+    var half = D // 2
+    if not rope_vectorized(D):
+        for i in range(half):
+            var angle = pos * inv_freq[unsafe_offset=i]
+            rotate_pair[F32, interleaved](dst, src, i, D, cos(angle), sin(angle))
+        return
     for v in range(half // RW):
         comptime if interleaved:
             var pairs = src.unsafe_load[width=2 * RW](2 * v * RW).deinterleave()
@@ -77,14 +108,6 @@ def rope_head_cpu[interleaved: Bool](dst: Ptr[F32], src: Ptr[F32], c: RopeVecs, 
             var x2 = src.unsafe_load[width=RW](half + v * RW)
             dst.unsafe_store(v * RW, x1 * c[v] - x2 * s[v])
             dst.unsafe_store(half + v * RW, x2 * c[v] + x1 * s[v])
-
-
-@always_inline
-def _pair_index[interleaved: Bool](i: Int, D: Int) -> Tuple[Int, Int]:
-    comptime if interleaved:
-        return (2 * i, 2 * i + 1)
-    else:
-        return (i, i + D // 2)
 
 
 def _rope_kernel[dtype: DType, interleaved: Bool](
@@ -101,14 +124,8 @@ def _rope_kernel[dtype: DType, interleaved: Bool](
     var t = th // Int(heads)
     var pos = position_of(t, offsets, start, Int(B))
     var angle = Float32(pos) * inv_freq[unsafe_offset=i]
-    var c = cos(angle)
-    var s = sin(angle)
-    var p = _pair_index[interleaved](i, Int(D))
     var base = th * Int(D)
-    var x1 = x[unsafe_offset=base + p[0]].cast[F32]()
-    var x2 = x[unsafe_offset=base + p[1]].cast[F32]()
-    y[unsafe_offset=base + p[0]] = (x1 * c - x2 * s).cast[dtype]()
-    y[unsafe_offset=base + p[1]] = (x2 * c + x1 * s).cast[dtype]()
+    rotate_pair[dtype, interleaved](y.unsafe_offset(base), x.unsafe_offset(base), i, Int(D), cos(angle), sin(angle))
 
 
 @extensibility.register("crucible.rope")
@@ -146,28 +163,14 @@ struct Rope:
             var per = ceil_div(T, tasks)
 
             def tokens(task: Int) {var yp, var xp, var fp, var op, var sp, var T, var heads, var D, var B, var per}:
-                var half = D // 2
                 var c = RopeVecs(fill=SIMD[F32, RW](0))
                 var s = RopeVecs(fill=SIMD[F32, RW](0))
                 for t in range(task * per, min(T, (task + 1) * per)):
                     var pos = Float32(position_of(t, op, sp, B))
-                    if rope_vectorized(D):
-                        rope_angles(pos, fp, half, c, s)
-                        for h in range(heads):
-                            var base = (t * heads + h) * D
-                            rope_head_cpu[interleaved](yp.unsafe_offset(base), xp.unsafe_offset(base), c, s, half)
-                        continue
-                    for i in range(half):
-                        var angle = pos * fp[unsafe_offset=i]
-                        var c = cos(angle)
-                        var s = sin(angle)
-                        var p = _pair_index[interleaved](i, D)
-                        for h in range(heads):
-                            var base = (t * heads + h) * D
-                            var x1 = xp[unsafe_offset=base + p[0]]
-                            var x2 = xp[unsafe_offset=base + p[1]]
-                            yp[unsafe_offset=base + p[0]] = x1 * c - x2 * s
-                            yp[unsafe_offset=base + p[1]] = x2 * c + x1 * s
+                    rope_angles(pos, fp, D, c, s)
+                    for h in range(heads):
+                        var base = (t * heads + h) * D
+                        rope_head_cpu[interleaved](yp.unsafe_offset(base), xp.unsafe_offset(base), c, s, pos, fp, D)
 
             if tasks == 1:
                 tokens(0)

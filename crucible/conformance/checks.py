@@ -343,14 +343,7 @@ def check_qkv_rope_write(h: Harness) -> list[CaseResult]:
         qkv = rng.standard_normal((t, (hq + 2 * hkv) * d)).astype(np.float32)
         theta = 10000.0 if d == 64 else 500000.0
         invf = (1.0 / theta ** (np.arange(0, d, 2, dtype=np.float64) / d)).astype(np.float32)
-        need = [-(-(hi + n) // PAGE_SIZE) for hi, n in zip(hist, lens)]
-        n_pages = sum(need) + 2
-        perm = rng.permutation(n_pages)
-        lut = np.zeros((len(lens), max(need)), np.uint32)
-        i = 0
-        for s, pages in enumerate(need):
-            lut[s, :pages] = perm[i:i + pages]
-            i += pages
+        lut, n_pages = _random_page_table(rng, lens, hist)
         blocks = rng.standard_normal((n_pages, 2, LAYERS, PAGE_SIZE, hkv, d)).astype(np.float32)
         buf = h.to_device(blocks)
         args = [buf] + [h.to_device(a) for a in (qkv, invf, offs, starts, lut, np.zeros(hq, np.uint32))]
@@ -417,18 +410,24 @@ def check_attention(h: Harness, dtype: str) -> list[CaseResult]:
     return out
 
 
-def _run_paged(h, model, q, keys, vals, lens, hist, hkv, d, layers, layer, rng):
-    """Lays the cached K/V into randomly permuted pages, runs write + attend, checks the written rows."""
-    b = len(lens)
+def _random_page_table(rng, lens, hist) -> tuple[np.ndarray, int]:
+    """Page table [B, max pages] for sequences of hist + lens tokens, pages drawn in random order
+    from a cache with two spare pages; returns (table, number of pages in the cache)."""
     need = [-(-(hi + n) // PAGE_SIZE) for hi, n in zip(hist, lens)]
     n_pages = sum(need) + 2
     perm = rng.permutation(n_pages)
-    lut = np.zeros((b, max(need)), np.uint32)
+    lut = np.zeros((len(lens), max(need)), np.uint32)
     i = 0
-    for s in range(b):
-        for p in range(need[s]):
-            lut[s, p] = perm[i]
-            i += 1
+    for s, pages in enumerate(need):
+        lut[s, :pages] = perm[i:i + pages]
+        i += pages
+    return lut, n_pages
+
+
+def _run_paged(h, model, q, keys, vals, lens, hist, hkv, d, layers, layer, rng):
+    """Lays the cached K/V into randomly permuted pages, runs write + attend, checks the written rows."""
+    b = len(lens)
+    lut, n_pages = _random_page_table(rng, lens, hist)
     blocks = rng.standard_normal((n_pages, 2, layers, PAGE_SIZE, hkv, d)).astype(np.float32)
     for s in range(b):
         for j in range(hist[s]):
