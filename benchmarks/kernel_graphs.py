@@ -186,6 +186,18 @@ class GraphSet:
 
         return self.get(f"attn_{system}_{dtype}_{kv_params.n_kv_heads}_{d}_{n_heads}", types, build)
 
+    def overhead_chain(self, copies: int, parallel: bool):
+        """`copies` crucible.overhead_probe ops in sequence (each adds 1 to the previous output)."""
+        f32 = DType.float32
+
+        def build(x):
+            y = x.tensor
+            for _ in range(copies):
+                y = K.overhead_probe(y, parallel)
+            return [y]
+
+        return self.get(f"overhead_{copies}_{parallel}", [TensorType(f32, [1], device=self.ref)], build)
+
     def bandwidth(self):
         types = [TensorType(DType.float32, ["n"], device=self.ref)]
         return self.get("read_bandwidth", types, lambda x: [K.read_bandwidth(x.tensor)])

@@ -167,6 +167,8 @@ def cmd_bench_kernels(args: argparse.Namespace) -> int:
     targets = check_targets(rows, bench.extra, args.target)
     for t in targets:
         ceiling = f", read ceiling {t['ceiling_gbps']:.1f} GB/s" if "ceiling_gbps" in t else ""
+        if "attainable" in t:
+            ceiling += f"; at most {t['attainable']:.2f} with the measured per-op cost"
         print(f"{'MET    ' if t['met'] else 'NOT MET'}  {t['target']}: {t['value']:.2f} (need {t['need']}{ceiling})")
     for reason in bench.skipped:
         print(f"SKIPPED  {reason}")

@@ -259,3 +259,18 @@ def read_bandwidth(x: TensorValue) -> TensorValue:
     """
     out = TensorType(DType.float32, [1], device=_device(x))
     return ops.custom("crucible.read_bandwidth", _device(x), [x], [out])[0].tensor
+
+
+def overhead_probe(x: TensorValue, parallel: bool) -> TensorValue:
+    """x + 1 and no other work: chained, it times the fixed cost of one op (dispatch, and with
+    `parallel` the hand-off of one empty item per core to the runtime's workers).
+
+    Args:
+        x: [1] float32.
+        parallel: Whether the body goes through the parallel hand-off every parallel CPU kernel uses.
+
+    Returns:
+        [1] float32, x + 1.
+    """
+    out = TensorType(DType.float32, [1], device=_device(x))
+    return ops.custom("crucible.overhead_probe", _device(x), [x], [out], parameters={"parallel": parallel})[0].tensor

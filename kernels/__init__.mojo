@@ -17,3 +17,4 @@
 #   crucible.rope            rope.mojo            half-split (HF Llama) and interleaved (GGUF Llama) layouts
 #   crucible.silu_mul        silu_mul.mojo        silu(gate) * up on a fused [T, 2I] gate|up projection
 #   crucible.read_bandwidth  bandwidth.mojo       a plain read-bandwidth probe (benchmark ceiling)
+#   crucible.overhead_probe  overhead.mojo        x + 1: the fixed cost of an op, serial or parallel (benchmark floor)

@@ -71,3 +71,20 @@ def test_bandwidth_targets_use_the_best_read_rate_of_the_run() -> None:
     # Without a run ceiling (older JSON), the row's own and the start probe still count.
     t = {x["target"]: x for x in check_targets([row], {"read_bandwidth_gbps": 42.0}, "cpu")}
     assert t["q4_0 act=f32 M=1 K=4096 N=4096 >= 60% of read bandwidth"]["ceiling_gbps"] == 45.0
+
+
+def test_chain_bandwidth_targets_state_what_the_per_op_cost_allows() -> None:
+    # 0.5 MB at 72 GB/s streams in 6.9 us; with 0.7 us dispatch and 3.6 us hand-off per op no kernel
+    # can exceed 6.9 / 11.2 = 62% of the ceiling. Older JSON without the probe gets no bound.
+    shape = {"M": 1, "K": 576, "N": 1536, "copies": 100}
+    nbytes = 576 * 1536 / 32 * 18
+    rows = [
+        _row("matmul", "chain", shape, 576 * 1536 * 4, {"crucible": 60.0, "max": 110.0}),
+        _row("qmatmul", "chain:q4_0:q8", shape, nbytes, {"crucible": 19.0}),
+    ]
+    extra = {"read_bandwidth_gbps": 72.0, "op_dispatch_us": 0.7, "parallel_handoff_us": 3.6}
+    name = "q4_0 act=q8 M=1 K=576 N=1536 >= 60% of read bandwidth (chain of copies)"
+    t = {x["target"]: x for x in check_targets(rows, extra, "cpu")}[name]
+    stream_us = nbytes / 72e3
+    assert abs(t["attainable"] - stream_us / (stream_us + 4.3)) < 1e-9 and 0.6 < t["attainable"] < 0.63
+    assert "attainable" not in {x["target"]: x for x in check_targets(rows, {"read_bandwidth_gbps": 72.0}, "cpu")}[name]

@@ -270,6 +270,31 @@ def check_embedding(h: Harness) -> list[CaseResult]:
     return out
 
 
+def probe_graph(h: Harness):
+    """The benchmark's probes: read_bandwidth, and overhead_probe serial then parallel (x + 2)."""
+    from max.dtype import DType
+    from max.graph import TensorType
+
+    from graphs import kernel_ops as K
+
+    f32 = DType.float32
+    types = [TensorType(f32, ["n"], device=h.ref), TensorType(f32, [1], device=h.ref)]
+    return h.model("probes", types, lambda x, y: [K.read_bandwidth(x.tensor),
+                                                  K.overhead_probe(K.overhead_probe(y.tensor, False), True)])
+
+
+def check_probes(h: Harness) -> list[CaseResult]:
+    """The probes compute what they claim (their timings are only meaningful if they do the work)."""
+    model = probe_graph(h)
+    # Integers 1..4: every partial sum is exact in fp32 (3M x 4 < 2^24), so any order gives the
+    # exact total; the sum crosses the CPU probe's 4 MB chunks and spans many GPU blocks.
+    x = np.random.default_rng(11).integers(1, 5, 3 * (1 << 20) + 77).astype(np.float32)
+    total, y = h.run(model, [x, np.array([5.0], np.float32)])
+    return [result(h, "crucible.read_bandwidth", "", "float32", f"n={x.size}",
+                   float(abs(total[0] - x.astype(np.float64).sum())), 0.0),
+            result(h, "crucible.overhead_probe", "serial+parallel", "float32", "[1]", float(abs(y[0] - 7.0)), 0.0)]
+
+
 LAYERS, LAYER = 2, 1
 
 
@@ -467,6 +492,7 @@ def compile_all(h: Harness) -> list[str]:
             attention_graphs(h, dtype, d)
     for d in (64, 128):
         qkv_rope_write_graph(h, d)
+    probe_graph(h)
     return sorted(h.compile_seconds)
 
 
@@ -484,6 +510,7 @@ def run_all(h: Harness) -> list[CaseResult]:
     results += check_embedding(h)
     results += check_attention(h, "float32")
     results += check_qkv_rope_write(h)
+    results += check_probes(h)
     if h.target == "gpu":
         results += check_elementwise(h, "bfloat16")
         results += check_attention(h, "bfloat16")

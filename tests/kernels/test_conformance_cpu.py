@@ -60,3 +60,8 @@ def test_attention_ragged_and_paged(cpu_harness: Harness) -> None:
     ops = {r.op for r in results}
     assert ops == {"crucible.attention_ragged", "crucible.attention_paged", "crucible.kv_cache_write"}
     _assert_all_pass(results, len(checks.ATTENTION_CASES) * 2)
+
+
+def test_benchmark_probes(cpu_harness: Harness) -> None:
+    # Both probes in the conformance grid, so the GPU run checks their GPU branches too.
+    _assert_all_pass(checks.check_probes(cpu_harness), 2)

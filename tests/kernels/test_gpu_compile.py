@@ -19,7 +19,7 @@ EXPECTED_GRAPHS = {
     "qmatmul_q8_0", "qmatmul_f16", "embedding", "elementwise_float32", "elementwise_bfloat16",
     "attention_ragged_float32_64", "attention_ragged_float32_128", "attention_ragged_bfloat16_64",
     "attention_ragged_bfloat16_128", "attention_paged_64", "attention_paged_128",
-    "qkv_rope_write_64", "qkv_rope_write_128",
+    "qkv_rope_write_64", "qkv_rope_write_128", "probes",
 }
 
 

@@ -1,0 +1,60 @@
+# crucible.overhead_probe: y[0] = x[0] + 1 and no other work, so that a chain of these ops in one graph
+# times the fixed cost every op pays before it does anything. The kernel benchmark prints it next to
+# the read-bandwidth probe: it is the floor under the small decode rows (a 576 x 1536 Q4 op reads
+# 0.5 MB, ~8 us at 60 GB/s, and pays this cost on top).
+#
+# Variant (compile-time parameter `parallel`):
+#   False  the body runs on the runtime worker that called the op: MAX's per-op dispatch.
+#   True   the body hands one empty item per physical core to common.parallel_for, as every parallel
+#          CPU kernel does: dispatch plus the runtime's task hand-off (enqueue, start on both workers,
+#          join). On the GPU both variants are one kernel launch; `parallel` launches one block per
+#          item instead of one thread, which costs the same.
+# Why a probe: a diagnostic op timing its items from inside (perf_counter_ns) showed, on the 2-core
+# CPU, that the first item of a parallel_for starts 1.9-2.4 us after the call on either worker and the
+# op returns ~0.7 us after its last item; an item enqueued on the runtime without `synchronize` did not
+# start on the other worker at all while the caller kept working. This probe measures the total.
+
+import extensibility
+from extensibility import InputTensor, OutputTensor
+from max.gpu import block_idx, thread_idx
+from max.gpu.host import DeviceContext
+
+from .common import F32, Ptr, cpu_threads, parallel_for, scratch
+
+
+def _add_one_kernel(y: Ptr[F32], x: Ptr[F32]):
+    if Int(block_idx.x) == 0 and Int(thread_idx.x) == 0:
+        y[unsafe_offset=0] = x[unsafe_offset=0] + 1.0
+
+
+@extensibility.register("crucible.overhead_probe")
+struct OverheadProbe:
+    @staticmethod
+    def execute[target: StaticString, parallel: Bool](
+        y: OutputTensor[dtype=F32, rank=1, ...],
+        x: InputTensor[dtype=F32, rank=1, ...],
+        ctx: DeviceContext,
+    ) raises:
+        # y: [1], x: [1]
+        var yp = rebind[Ptr[F32]](y.unsafe_ptr())
+        var xp = rebind[Ptr[F32]](x.unsafe_ptr())
+        comptime if target == "cpu":
+            comptime if parallel:
+                var items = cpu_threads()
+                var seen = scratch[F32](items)
+
+                def item(i: Int) {var seen}:
+                    seen[unsafe_offset=i] = 1.0
+
+                parallel_for(item, items, ctx)
+                # Every item must have run: the sum of their marks is the increment.
+                var total = Float32(0)
+                for i in range(items):
+                    total += seen[unsafe_offset=i]
+                seen.unsafe_free()
+                yp[unsafe_offset=0] = xp[unsafe_offset=0] + total / Float32(items)
+            else:
+                yp[unsafe_offset=0] = xp[unsafe_offset=0] + 1.0
+        else:
+            comptime blocks = 132 if parallel else 1  # one per SM of an H100/H200
+            ctx.enqueue_function[_add_one_kernel](yp, xp, grid_dim=blocks, block_dim=1)

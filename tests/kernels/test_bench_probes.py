@@ -1,0 +1,48 @@
+"""The kernel benchmark's probes, as the benchmark builds them (benchmarks/kernel_graphs.py).
+
+crucible.read_bandwidth: its sum must be the sum of the input, across the 4 MB chunk boundaries it hands
+out to the cores (a chunk read twice or skipped would show). crucible.overhead_probe chains: each op
+must run, in order, and the parallel variant must run every item (x + 1 per op either way)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="module")
+def graphs():
+    from max.driver import CPU
+    from max.engine import InferenceSession
+    from max.graph import DeviceRef
+
+    from benchmarks.kernel_graphs import GraphSet
+    from crucible.kernel_build import kernel_package
+
+    return GraphSet(InferenceSession(devices=[CPU()]), DeviceRef.CPU(), kernel_package().path, {})
+
+
+@pytest.fixture(scope="module")
+def probe(graphs):
+    from max.driver import Buffer
+
+    model = graphs.bandwidth()
+    return lambda x: float(model.execute(Buffer.from_numpy(x))[0].to_numpy()[0])
+
+
+@pytest.mark.parametrize("n", [1, 17, 64, (1 << 20) - 1, (1 << 20) + 5, 3 * (1 << 20) + 77])
+def test_probe_sums_every_element_once(probe, n: int) -> None:
+    # Integers 1..4 are exact in fp32 and a chunk's partial sum stays below 2^24 (1M x 4 < 16.7M):
+    # only the order of the final additions differs from numpy's, so the bound is a few ulps of the total.
+    x = np.random.default_rng(n).integers(1, 5, n).astype(np.float32)
+    expected = float(x.astype(np.float64).sum())
+    assert abs(probe(x) - expected) <= 1e-6 * expected + 1e-6
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_overhead_chain_runs_every_op(graphs, parallel: bool) -> None:
+    from max.driver import Buffer
+
+    model = graphs.overhead_chain(9, parallel)
+    y = model.execute(Buffer.from_numpy(np.array([0.5], np.float32)))[0].to_numpy()
+    assert y.tolist() == [9.5]
