@@ -2,7 +2,7 @@
 #
 #   qgemv  M <= 32 (decode, and batched decode up to 32 sequences). Memory-bound on the quantized
 #          bytes. M = 1 streams one weight row at a time (two accumulator chains, software prefetch
-#          1 KB ahead); the block's scale multiplies the combined products (Q4: per-block offset via
+#          4 KB ahead, see PREFETCH_BYTES); the block's scale multiplies the combined products (Q4: per-block offset via
 #          x's block sums; Q8_0/F16: dot_block, likewise two chains: with one, Q8_0 rows advanced one
 #          block per add latency; in-process A/B: SmolLM2's tied lm_head 49152 x 576 694 -> 578 us,
 #          4096 x 4096 673 -> 416 us; sharing the Q4 rows' loop, one horizontal sum per chain, then
@@ -38,7 +38,15 @@ from std.memory import bitcast
 from .qdot_int8 import PAIR, I8Ptr, dot_u8_i8, dot_u8_i8_x2, pair_layout_q8, quantize_rows_q8
 
 
-comptime PREFETCH_BYTES = 1024
+# Software prefetch distance along a weight row stream. 4 KB rather than 1 KB: at ~20-30 GB/s per core a
+# 1 KB lead is ~40 ns, well under this VM's DRAM latency. A/B, chains of distinct copies from DRAM,
+# per op: Q8_0 49152 x 576 (SmolLM2's lm_head) 612-625 -> 568-573 us (act f32), 558-569 -> 472-477 us
+# (act q8); Q4_1 4096 x 4096 263-269 -> 246-248 us (f32), 216 -> 194-197 us (q8); Q4_0 4096 act q8
+# 201-225 -> 180-202 us, act f32 229-231 -> 232-235 us (compute-bound); Q4_0 576 x 1536 act q8
+# 17.6-18.9 -> 15.8-17.4 us. 2 KB and 8 KB measured between or mixed; M = 8 and 16 unchanged. SmolLM2
+# batch-1 decode step, alternating processes, 4 rounds: 5.74 / 5.85 / 4.89 / 5.22 -> 4.90 / 5.45 /
+# 5.39 / 4.63 ms (host noise is large; 3 of 4 rounds faster).
+comptime PREFETCH_BYTES = 4096
 comptime PAIR_U = 2
 
 
