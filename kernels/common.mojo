@@ -48,8 +48,8 @@ def parallel_for[FuncType: def(Int) -> None](func: FuncType, n: Int, ctx: Device
     and fixed chunks would leave the other core idle at the end (measured: GEMM 0.79x -> see the
     kernel benchmark for the current ratio).
 
-    The hand-off itself costs ~3.6 us per call here (`crucible.overhead_probe`, printed by the kernel
-    benchmark): items start 1.9-2.4 us after the call on both workers. Tried, no gain: MAX's
+    The hand-off itself costs 3.4-5.6 us per call here, with the host's load (`crucible.overhead_probe`,
+    printed by the kernel benchmark): items start 1.9-2.4 us after the call on both workers. Tried, no gain: MAX's
     sync_parallelize without the graph's context (items start ~0.4 us sooner, the op ends no sooner);
     enqueueing one item and running the other inline before `synchronize` (the enqueued item never
     started on the other worker while the caller worked: no parallelism); prefetching the head of each

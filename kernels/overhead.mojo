@@ -7,8 +7,9 @@
 #   False  the body runs on the runtime worker that called the op: MAX's per-op dispatch.
 #   True   the body hands one empty item per physical core to common.parallel_for, as every parallel
 #          CPU kernel does: dispatch plus the runtime's task hand-off (enqueue, start on both workers,
-#          join). On the GPU both variants are one kernel launch; `parallel` launches one block per
-#          item instead of one thread, which costs the same.
+#          join). On the GPU both variants are one kernel launch; `parallel` launches 132 one-thread
+#          blocks (one per SM of an H100/H200) instead of one, so the launch covers the whole device.
+#          The GPU branch has only been compiled (virtual device mode), never timed on a GPU.
 # Why a probe: a diagnostic op timing its items from inside (perf_counter_ns) showed, on the 2-core
 # CPU, that the first item of a parallel_for starts 1.9-2.4 us after the call on either worker and the
 # op returns ~0.7 us after its last item; an item enqueued on the runtime without `synchronize` did not
