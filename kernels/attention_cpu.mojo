@@ -100,29 +100,31 @@ def _pv_rows[D: Int, NR: Int](
     probs: Ptr[F32], o_part: Ptr[F32], alpha_row: Array[Float32, ROWS], r0: Int,
 ):
     # o_part[r] = o_part[r] * alpha[r] + sum_j probs[r, j] * V[j0 + j] for rows r0 .. r0 + NR, in
-    # column strips of 4 vectors (NR x 4 accumulators, 4 value vectors, NR probabilities in registers).
-    comptime VW = 4 * FW
-    comptime assert D % VW == 0, "head_dim must be a multiple of 4 SIMD widths"
+    # column strips of SV vectors (NR x SV accumulators, SV value vectors and a broadcast probability
+    # in registers: SV = 4 fits AVX-512's 32 registers at NR = 4, SV = 2 AVX2's 16).
+    comptime SV = 4 if FW == 16 else 2
+    comptime VW = SV * FW
+    comptime assert D % VW == 0, "head_dim must be a multiple of the strip width"
     comptime for h in range(D // VW):
-        var acc = Array[SIMD[F32, FW], NR * 4](fill=SIMD[F32, FW](0))
+        var acc = Array[SIMD[F32, FW], NR * SV](fill=SIMD[F32, FW](0))
         comptime for i in range(NR):
             var orow = o_part.unsafe_offset((r0 + i) * D + h * VW)
-            comptime for k in range(4):
-                acc[i * 4 + k] = orow.unsafe_load[width=FW](k * FW) * alpha_row[r0 + i]
+            comptime for k in range(SV):
+                acc[i * SV + k] = orow.unsafe_load[width=FW](k * FW) * alpha_row[r0 + i]
         for j in range(n):
             # Inside one page (or ragged K/V) value rows are slot_stride apart: no page lookup.
             var vp = v_first.unsafe_offset(j * kv.slot_stride) if v_run else kv.value(b, seq_start, j0 + j, g)
-            var vv = Array[SIMD[F32, FW], 4](fill=SIMD[F32, FW](0))
-            comptime for k in range(4):
+            var vv = Array[SIMD[F32, FW], SV](fill=SIMD[F32, FW](0))
+            comptime for k in range(SV):
                 vv[k] = vp.unsafe_load[width=FW](h * VW + k * FW)
             comptime for i in range(NR):
                 var pj = SIMD[F32, FW](probs[unsafe_offset=(r0 + i) * BK + j])
-                comptime for k in range(4):
-                    acc[i * 4 + k] = vv[k].fma(pj, acc[i * 4 + k])
+                comptime for k in range(SV):
+                    acc[i * SV + k] = vv[k].fma(pj, acc[i * SV + k])
         comptime for i in range(NR):
             var orow = o_part.unsafe_offset((r0 + i) * D + h * VW)
-            comptime for k in range(4):
-                orow.unsafe_store(k * FW, acc[i * 4 + k])
+            comptime for k in range(SV):
+                orow.unsafe_store(k * FW, acc[i * SV + k])
 
 
 def _tile[D: Int](

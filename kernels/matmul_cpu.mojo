@@ -6,10 +6,13 @@
 #         held near L1. R rows of W are in flight at once (R load streams, MROWS*R accumulators).
 #   gemm  M > 8 (prefill). Compute-bound: BLIS-style blocking. W is packed per (NC x KC) block into
 #         [NR-column panels][k][NR] so the micro-kernel reads it with aligned vector loads; x is read in
-#         place (MR rows broadcast per k). The MR x NR = 6 x 4*FW micro-tile keeps 24 accumulators in
-#         registers (of 32 with AVX-512) and needs 10 loads per 24 FMAs; the packed B micro-panel
+#         place (MR rows broadcast per k). With AVX-512 the MR x NR = 6 x 4*FW micro-tile keeps 24
+#         accumulators in registers (of 32) and needs 10 loads per 24 FMAs; the packed B micro-panel
 #         (KC*NR*4 = 32 KB) stays in L1. Measured against 12x2, 8x3 and 4x4 tiles and KC 128-512 in the
 #         kernel benchmark (M=512, K=N=1536): 6x4 with KC=128 was fastest (0.90-0.91x MAX vs 0.79-0.89x).
+#         With AVX2 (16 registers) the tile is 6 x 2*FW (12 accumulators): on AMD Zen 3 the 6 x 4 tile
+#         spilled, 0.47x MAX at M=512, K=N=1536 -> 0.76x (M=64, K=576, N=1536: 0.42x -> 0.61x); KC 128
+#         and 256 measured the same there. The in-register transposes of the packing are AVX-512 only.
 #         Full panels are packed by 16 x 16 in-register transposes (block formats: per decoded half
 #         block), not scalar stores: fp32 5628-5652 -> 5164-5370 us at M=512,
 #         K=N=1536 (A/B in one session; MAX 4878-5208 us). Software prefetch in the gemv measured no gain
@@ -22,9 +25,11 @@ from .common import BytePtr, FW, F32, Ptr, ceil_div, cpu_threads, parallel_for, 
 from .quant import HALF, QBLOCK, block_bytes, decode_block
 
 comptime MR = 6           # micro-tile rows (broadcast x values)
-comptime NV = 4           # micro-tile vectors per row
+# Micro-tile vectors per row: MR * NV accumulators + NV panel loads + 1 broadcast must fit the vector
+# registers, 32 with AVX-512 (6 x 4: 24 + 4 + 1) and 16 with AVX2 (6 x 2: 12 + 2 + 1, BLIS's Haswell tile).
+comptime NV = 4 if FW == 16 else 2
 comptime NR = NV * FW     # micro-tile columns
-comptime KC = 128         # k-block: the packed micro-panel KC x NR (32 KB) stays in L1
+comptime KC = 128         # k-block: the packed micro-panel KC x NR (32 KB, 8 KB with AVX2) stays in L1
 comptime NC = 256         # n-block packed per task (KC x NC x 4 = 128 KB, in L2)
 comptime GEMV_MAX_M = 8
 

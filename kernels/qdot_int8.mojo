@@ -12,8 +12,12 @@
 #
 # Why: the float decode kernel converts every weight to float (32 conversions, 2 multiplies per block
 # and row); here a block is one u8 x s8 dot-product instruction (AVX512-VNNI vpdpbusd, 4 products
-# per int32 lane) plus one float FMA. Targets without VNNI use a portable integer emulation with the
-# same results.
+# per int32 lane) plus one float FMA. AVX2 without VNNI (e.g. AMD Zen 3) uses llama.cpp's pair:
+# vpmaddubsw (u8 x s8 products, adjacent pairs summed to int16, saturating) and vpmaddwd against ones
+# (int16 pairs to int32); it is exact only while a pair sum fits int16, so callers pass the largest
+# weight byte (w_max): 15 for nibbles (|sum| <= 2 * 15 * 127), while Q8_0's biased bytes (up to 255)
+# are split into w & 0x7F and the top bit. Other targets use a portable integer emulation. All paths
+# give the same integers.
 
 from std.sys import llvm_intrinsic
 from std.sys.info import CompilationTarget
@@ -24,10 +28,29 @@ comptime I8Ptr = Pointer[Int8, MutAnyOrigin]
 
 
 @always_inline
-def dot_u8_i8(acc: SIMD[DType.int32, 8], w: SIMD[DType.uint8, 32], x: SIMD[DType.int8, 32]) -> SIMD[DType.int32, 8]:
-    """acc[i] + sum_{j < 4} w[4i + j] * x[4i + j] (u8 x s8 products, exact in int32)."""
+def _pairs_u8_i8(w: SIMD[DType.uint8, 32], x: SIMD[DType.int8, 32]) -> SIMD[DType.int32, 8]:
+    # AVX2: sum_{j < 4} w[4i + j] * x[4i + j] via int16 pair sums; exact only for w <= 127 (see header).
+    var p16 = llvm_intrinsic["llvm.x86.avx2.pmadd.ub.sw", SIMD[DType.int16, 16]](w, x)
+    return llvm_intrinsic["llvm.x86.avx2.pmadd.wd", SIMD[DType.int32, 8]](p16, SIMD[DType.int16, 16](1))
+
+
+@always_inline
+def dot_u8_i8[w_max: Int = 255](
+    acc: SIMD[DType.int32, 8], w: SIMD[DType.uint8, 32], x: SIMD[DType.int8, 32]
+) -> SIMD[DType.int32, 8]:
+    """acc[i] + sum_{j < 4} w[4i + j] * x[4i + j] (u8 x s8 products, exact in int32).
+
+    w_max: the largest value w may hold; x must lie in [-127, 127] (quantize_rows_q8).
+    """
     comptime if CompilationTarget.has_vnni():
         return llvm_intrinsic["llvm.x86.avx512.vpdpbusd.256", SIMD[DType.int32, 8]](acc, w, x)
+    elif CompilationTarget.has_avx2():
+        comptime if w_max <= 127:
+            return acc + _pairs_u8_i8(w, x)
+        else:
+            # w = 128 * top + low: the top bit's products are 128 * (sum of x where it is set).
+            var top = _pairs_u8_i8((w >> 7) & 1, x)
+            return acc + _pairs_u8_i8(w & 0x7F, x) + (top << 7)
     else:
         var p = w.cast[DType.int32]() * x.cast[DType.int32]()
         var out = acc
@@ -67,13 +90,15 @@ comptime PAIR = 64
 
 
 @always_inline
-def dot_u8_i8_x2(acc: SIMD[DType.int32, 16], w: SIMD[DType.uint8, 64], x: SIMD[DType.int8, 64]) -> SIMD[DType.int32, 16]:
+def dot_u8_i8_x2[w_max: Int = 255](
+    acc: SIMD[DType.int32, 16], w: SIMD[DType.uint8, 64], x: SIMD[DType.int8, 64]
+) -> SIMD[DType.int32, 16]:
     """acc[i] + sum_{j < 4} w[4i + j] * x[4i + j]: dot_u8_i8 over 64 bytes."""
     comptime if CompilationTarget.has_vnni() and CompilationTarget.has_avx512f():
         return llvm_intrinsic["llvm.x86.avx512.vpdpbusd.512", SIMD[DType.int32, 16]](acc, w, x)
     else:
-        var lo = dot_u8_i8(acc.slice[8, offset=0](), w.slice[32, offset=0](), x.slice[32, offset=0]())
-        var hi = dot_u8_i8(acc.slice[8, offset=8](), w.slice[32, offset=32](), x.slice[32, offset=32]())
+        var lo = dot_u8_i8[w_max](acc.slice[8, offset=0](), w.slice[32, offset=0](), x.slice[32, offset=0]())
+        var hi = dot_u8_i8[w_max](acc.slice[8, offset=8](), w.slice[32, offset=32](), x.slice[32, offset=32]())
         return lo.join(hi)
 
 
@@ -97,6 +122,30 @@ def pair_layout_q8[qtype: StaticString](
             sx2.unsafe_store(p * 4, SIMD[F32, 4](0, sx[unsafe_offset=b], 0, sx[unsafe_offset=b + 1]))
         else:
             # Each int32 lane's sum of its 4 x bytes: the same dot product against weight bytes of 1.
-            var sums = dot_u8_i8_x2(SIMD[DType.int32, 16](0), SIMD[DType.uint8, PAIR](1),
+            var sums = dot_u8_i8_x2[1](SIMD[DType.int32, 16](0), SIMD[DType.uint8, PAIR](1),
                                     qx2.unsafe_offset(p * PAIR).unsafe_load[width=PAIR](0))
             cx2.unsafe_store(p * 16, sums * -8)
+
+
+def row_pair_layout_q8(
+    qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], rows: Int, nb: Int, qxp: I8Ptr, dxp: Ptr[F32], sxp: Ptr[F32]
+):
+    """Quantized x rows (quantize_rows_q8, 2 <= rows <= 8) -> the row-pair layout of batched decode:
+    qxp[(b * MP + j) * 64 ..] = qx[2j, block b], qx[2j+1, block b]; dxp likewise with each row's scale
+    repeated over its 8 int32 lanes; sxp[b * 8 + m] = sx[m, b]. MP = ceil(rows / 2); a missing odd
+    row is zeros (its lanes add nothing)."""
+    var mp = (rows + 1) // 2
+    var K = nb * 32
+    for b in range(nb):
+        for j in range(mp):
+            var base = (b * mp + j)
+            for h in range(2):
+                var m = 2 * j + h
+                if m < rows:
+                    qxp.unsafe_offset(base * PAIR + 32 * h).unsafe_store(0, qx.unsafe_offset(m * K + b * 32).unsafe_load[width=32](0))
+                    dxp.unsafe_store(base * 16 + 8 * h, SIMD[F32, 8](dx[unsafe_offset=m * nb + b]))
+                else:
+                    qxp.unsafe_offset(base * PAIR + 32 * h).unsafe_store(0, SIMD[DType.int8, 32](0))
+                    dxp.unsafe_store(base * 16 + 8 * h, SIMD[F32, 8](0))
+        for m in range(8):
+            sxp[unsafe_offset=b * 8 + m] = sx[unsafe_offset=m * nb + b] if m < rows else Float32(0)

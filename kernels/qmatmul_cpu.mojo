@@ -15,7 +15,10 @@
 #          248 -> 202 us (42 -> 52 GB/s) in the kernel benchmark. Q4_0's -8 offset is folded into
 #          the start value of each dot product (exact, integer): 0.62 -> 0.57 ns per block on one
 #          core in cache; the 4096 x 4096 op now reads as many GB/s as Q4_1 (time ratio to Q4_1
-#          0.93-0.95 -> 0.91-0.92, the ratio of their bytes being 0.9).
+#          0.93-0.95 -> 0.91-0.92, the ratio of their bytes being 0.9). 3 to 8 rows take two x rows
+#          per 512-bit dot product (row pairs, see _qgemv_row_q8_mpairs). Without VNNI (AVX2, e.g. AMD
+#          Zen 3) the dot products are vpmaddubsw pairs (qdot_int8.mojo) instead of a scalar emulation:
+#          Q4_1 4096 x 4096 at 2 rows 6.84 -> 1.00 ms, at 8 rows 21.95 -> 4.10 ms (2.41 with row pairs).
 #   gemm   M > 32 (prefill). The fp32 GEMM of matmul_cpu.mojo with a packing step that decodes blocks
 #          into the KC x NR micro-panel; the float weights never exist beyond that panel.
 # Why 32: decode steps of SmolLM2 measured 17 ms at 8 sequences but 54 ms at 9 through the GEMM
@@ -35,7 +38,7 @@ comptime QGEMV_MAX_M = 32
 from .quant import HALF, QBLOCK, block_bytes, block_scales, decode_block, dot_block, nibble_values
 from std.memory import bitcast
 
-from .qdot_int8 import PAIR, I8Ptr, dot_u8_i8, dot_u8_i8_x2, pair_layout_q8, quantize_rows_q8
+from .qdot_int8 import PAIR, I8Ptr, dot_u8_i8, dot_u8_i8_x2, pair_layout_q8, quantize_rows_q8, row_pair_layout_q8
 
 
 # Software prefetch distance along a weight row stream. 4 KB rather than 1 KB: at ~20-30 GB/s per core a
@@ -48,6 +51,11 @@ from .qdot_int8 import PAIR, I8Ptr, dot_u8_i8, dot_u8_i8_x2, pair_layout_q8, qua
 # 5.39 / 4.63 ms (host noise is large; 3 of 4 rounds faster).
 comptime PREFETCH_BYTES = 4096
 comptime PAIR_U = 2
+
+
+def w_max_of[qtype: StaticString]() -> Int:
+    """Largest weight byte the int8 path feeds dot_u8_i8: nibbles, or Q8_0's biased bytes."""
+    return 255 if qtype == "q8_0" else 15
 
 
 @always_inline
@@ -157,7 +165,7 @@ def _qgemv_rows_q8[MROWS: Int, R: Int, qtype: StaticString](
                     comptime for m in range(MROWS):
                         comptime i = (u * MROWS + m) * R + r
                         var xb = qx.unsafe_offset(m * K + b * QBLOCK).unsafe_load[width=32](0)
-                        var dp = dot_u8_i8(SIMD[DType.int32, 8](0), wq, xb)
+                        var dp = dot_u8_i8[w_max_of[qtype]()](SIMD[DType.int32, 8](0), wq, xb)
                         acc[i] = dp.cast[F32]().fma(SIMD[F32, 8](d * dx[unsafe_offset=m * nb + b]), acc[i])
                         offset[i] += coef * sx[unsafe_offset=m * nb + b]
         b0 += U
@@ -167,6 +175,51 @@ def _qgemv_rows_q8[MROWS: Int, R: Int, qtype: StaticString](
             comptime for u in range(U):
                 total += acc[(u * MROWS + m) * R + r].reduce_add() + offset[(u * MROWS + m) * R + r]
             y[unsafe_offset=m * N + n0 + r] = total
+
+
+@always_inline
+def _qgemv_row_q8_mpairs[MROWS: Int, qtype: StaticString](
+    qxp: I8Ptr, dxp: Ptr[F32], sxp: Ptr[F32], w: BytePtr, row_bytes: Int, y: Ptr[F32], n: Int, N: Int, K: Int
+):
+    # y[m, n] for m < MROWS (2..8) from int8 activations, two x rows per 512-bit dot product: the
+    # block's 32 weight bytes are repeated into both halves and dotted with x rows 2j and 2j+1
+    # (row_pair_layout_q8), so one instruction, one conversion and one FMA serve two rows, and the
+    # offset term is one FMA over all rows.
+    comptime bb = block_bytes[qtype]()
+    comptime head = 4 if qtype == "q4_1" else 2
+    comptime MP = (MROWS + 1) // 2
+    var nb = K // QBLOCK
+    var row = w.unsafe_offset(n * row_bytes)
+    var acc = Array[SIMD[F32, 16], MP](fill=SIMD[F32, 16](0))
+    var off = SIMD[F32, 8](0)
+    for b in range(nb):
+        var blk = row.unsafe_offset(b * bb)
+        _prefetch_ahead(blk)
+        var wq: SIMD[DType.uint8, 32]
+        comptime if qtype == "q8_0":
+            wq = blk.unsafe_offset(2).unsafe_load[width=32](0) ^ 0x80
+        else:
+            var q = blk.unsafe_offset(head).unsafe_load[width=HALF](0)
+            wq = (q & 0xF).join(q >> 4)
+        var w2 = wq.join(wq)
+        var dm = block_scales(blk)  # (d, m) for Q4_1
+        var d = dm[0]
+        var coef: Float32
+        comptime if qtype == "q4_1":
+            coef = dm[1]
+        elif qtype == "q4_0":
+            coef = -8.0 * d
+        else:
+            coef = -128.0 * d
+        comptime for j in range(MP):
+            var xq = qxp.unsafe_offset((b * MP + j) * PAIR).unsafe_load[width=PAIR](0)
+            var dp = dot_u8_i8_x2[w_max_of[qtype]()](SIMD[DType.int32, 16](0), w2, xq)
+            acc[j] = dp.cast[F32]().fma(dxp.unsafe_load[width=16]((b * MP + j) * 16) * d, acc[j])
+        off = sxp.unsafe_load[width=8](b * 8).fma(SIMD[F32, 8](coef), off)
+    comptime for j in range(MP):
+        y[unsafe_offset=(2 * j) * N + n] = acc[j].slice[8, offset=0]().reduce_add() + off[2 * j]
+        comptime if 2 * j + 1 < MROWS:
+            y[unsafe_offset=(2 * j + 1) * N + n] = acc[j].slice[8, offset=8]().reduce_add() + off[2 * j + 1]
 
 
 @always_inline
@@ -202,14 +255,14 @@ def _qgemv_row_q8_pairs[qtype: StaticString, U: Int](
                     var h = SIMD[DType.uint32, 2](blk.bitcast[UInt32]()[unsafe_offset=0],
                                                   blk.unsafe_offset(bb).bitcast[UInt32]()[unsafe_offset=0])
                     hdr = bitcast[DType.float16, 4](h).cast[F32]()
-                    dp = dot_u8_i8_x2(SIMD[DType.int32, 16](0), wq, xq)
+                    dp = dot_u8_i8_x2[15](SIMD[DType.int32, 16](0), wq, xq)
                     off = hdr.fma(sx2.unsafe_load[width=4](p * 4), off)
                 else:
                     var h = SIMD[DType.uint16, 2](blk.bitcast[UInt16]()[unsafe_offset=0],
                                                   blk.unsafe_offset(bb).bitcast[UInt16]()[unsafe_offset=0])
                     var d2 = bitcast[DType.float16, 2](h).cast[F32]()
                     hdr = d2.join(d2)
-                    dp = dot_u8_i8_x2(cx2.unsafe_load[width=16](p * 16), wq, xq)
+                    dp = dot_u8_i8_x2[15](cx2.unsafe_load[width=16](p * 16), wq, xq)
                 comptime d1 = 2 if qtype == "q4_1" else 1  # lane of d_b1 in hdr
                 var h16 = hdr.join(hdr).join(hdr.join(hdr))
                 var scale = h16.shuffle[0, 0, 0, 0, d1, d1, d1, d1, 0, 0, 0, 0, d1, d1, d1, d1]()
@@ -222,7 +275,7 @@ def _qgemv_row_q8_pairs[qtype: StaticString, U: Int](
         var b = nb - 1
         var blk = row.unsafe_offset(b * bb)
         var q = blk.unsafe_offset(head).unsafe_load[width=HALF](0)
-        var dp = dot_u8_i8(SIMD[DType.int32, 8](0), (q & 0xF).join(q >> 4), qx.unsafe_offset(b * QBLOCK).unsafe_load[width=32](0))
+        var dp = dot_u8_i8[15](SIMD[DType.int32, 8](0), (q & 0xF).join(q >> 4), qx.unsafe_offset(b * QBLOCK).unsafe_load[width=32](0))
         var dm = block_scales(blk)
         var coef = dm[1] if qtype == "q4_1" else -8.0 * dm[0]
         total += dp.cast[F32]().reduce_add() * dm[0] * dx[unsafe_offset=b] + coef * sx[unsafe_offset=b]
@@ -253,18 +306,33 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
     var dx2 = scratch[F32]((nb // 2) * 16 if pairs else 1)
     var sx2 = scratch[F32]((nb // 2) * 4 if pairs and qtype == "q4_1" else 1)
     var cx2 = scratch[DType.int32]((nb // 2) * 16 if pairs and qtype == "q4_0" else 1)
+    # Batched int8 x, 3 to 8 rows: two x rows per dot product (row_pair_layout_q8). AMD Zen 3 (AVX2),
+    # 4096 x 4096, 8 rows: Q4_1 4.10 -> 2.41 ms, Q8_0 5.26 -> 3.63 ms; at 2 rows the one-row form with
+    # two accumulator sets was as fast (Q4_1 1.00 vs 0.96 ms) or faster (Q8_0 1.52 vs 1.68 ms).
+    comptime mpairs = int8_act and MROWS > 2
+    comptime MP = (MROWS + 1) // 2
+    var qxp = rebind[I8Ptr](scratch[DType.int8](nb * MP * PAIR if mpairs else 1))
+    var dxp = scratch[F32](nb * MP * 16 if mpairs else 1)
+    var sxp = scratch[F32](nb * 8 if mpairs else 1)
     comptime if int8_act:
         quantize_rows_q8(x, MROWS, K, qx, dx, sx)
         comptime if pairs:
             pair_layout_q8[qtype](qx, dx, sx, nb, qx2, dx2, sx2, cx2)
+        comptime if mpairs:
+            row_pair_layout_q8(qx, dx, sx, MROWS, nb, qxp, dxp, sxp)
     else:
         for b in range(nb):
             xsum[unsafe_offset=b] = (x.unsafe_load[width=HALF](b * QBLOCK) + x.unsafe_load[width=HALF](b * QBLOCK + HALF)).reduce_add()
 
-    def task(t: Int) {var y, var x, var xsum, var qx, var dx, var sx, var qx2, var dx2, var sx2, var cx2, var w, var row_bytes,
-                      var N, var K, var per}:
+    def task(t: Int) {var y, var x, var xsum, var qx, var dx, var sx, var qx2, var dx2, var sx2, var cx2, var qxp,
+                      var dxp, var sxp, var w, var row_bytes, var N, var K, var per}:
         var n = t * per
         var end = min(N, n + per)
+        comptime if mpairs:
+            while n < end:
+                _qgemv_row_q8_mpairs[MROWS, qtype](qxp, dxp, sxp, w, row_bytes, y, n, N, K)
+                n += 1
+            return
         comptime if pairs:
             while n < end:
                 _qgemv_row_q8_pairs[qtype, PAIR_U](qx2, dx2, sx2, cx2, qx, dx, sx, w, row_bytes, y, n, K)
@@ -295,6 +363,9 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
     dx2.unsafe_free()
     sx2.unsafe_free()
     cx2.unsafe_free()
+    qxp.unsafe_free()
+    dxp.unsafe_free()
+    sxp.unsafe_free()
 
 
 def qmatmul_cpu[qtype: StaticString, act: StaticString](
