@@ -130,7 +130,7 @@ def pair_layout_q8[qtype: StaticString](
 def row_pair_layout_q8(
     qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], rows: Int, nb: Int, qxp: I8Ptr, dxp: Ptr[F32], sxp: Ptr[F32]
 ):
-    """Quantized x rows (quantize_rows_q8, 2 <= rows <= 8) -> the row-pair layout of batched decode:
+    """Quantized x rows (quantize_rows_q8, rows <= 8; decode passes 3 to 8) -> the row-pair layout:
     qxp[(b * MP + j) * 64 ..] = qx[2j, block b], qx[2j+1, block b]; dxp likewise with each row's scale
     repeated over its 8 int32 lanes; sxp[b * 8 + m] = sx[m, b]. MP = ceil(rows / 2); a missing odd
     row is zeros (its lanes add nothing)."""

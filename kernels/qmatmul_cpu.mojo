@@ -181,7 +181,7 @@ def _qgemv_rows_q8[MROWS: Int, R: Int, qtype: StaticString](
 def _qgemv_row_q8_mpairs[MROWS: Int, qtype: StaticString](
     qxp: I8Ptr, dxp: Ptr[F32], sxp: Ptr[F32], w: BytePtr, row_bytes: Int, y: Ptr[F32], n: Int, N: Int, K: Int
 ):
-    # y[m, n] for m < MROWS (2..8) from int8 activations, two x rows per 512-bit dot product: the
+    # y[m, n] for m < MROWS (3..8) from int8 activations, two x rows per 512-bit dot product: the
     # block's 32 weight bytes are repeated into both halves and dotted with x rows 2j and 2j+1
     # (row_pair_layout_q8), so one instruction, one conversion and one FMA serve two rows, and the
     # offset term is one FMA over all rows.
