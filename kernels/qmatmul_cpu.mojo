@@ -65,6 +65,30 @@ def _prefetch_ahead(p: BytePtr):
 
 
 @always_inline
+def _int8_weights[qtype: StaticString](blk: BytePtr) -> SIMD[DType.uint8, 32]:
+    """A block's 32 weights as the unsigned bytes dot_u8_i8 takes: nibbles, or Q8_0's bytes + 128."""
+    comptime if qtype == "q8_0":
+        return blk.unsafe_offset(2).unsafe_load[width=32](0) ^ 0x80
+    else:
+        comptime head = 4 if qtype == "q4_1" else 2
+        var q = blk.unsafe_offset(head).unsafe_load[width=HALF](0)
+        return (q & 0xF).join(q >> 4)
+
+
+@always_inline
+def _int8_scales[qtype: StaticString](blk: BytePtr) -> SIMD[F32, 2]:
+    """(d, coef) of a block for the int8 path: value = d * wbyte + coef, so a block's dot product is
+    d * dx * dot(wbytes, qx) + coef * sx. coef: Q4_1's m, Q4_0's -8d, Q8_0's -128d (the +128 bias)."""
+    var dm = block_scales(blk)  # (d, m) for Q4_1
+    comptime if qtype == "q4_1":
+        return dm
+    elif qtype == "q4_0":
+        return SIMD[F32, 2](dm[0], -8.0 * dm[0])
+    else:
+        return SIMD[F32, 2](dm[0], -128.0 * dm[0])
+
+
+@always_inline
 def _qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
     x: Ptr[F32], xsum: Ptr[F32], w: BytePtr, row_bytes: Int, y: Ptr[F32], n0: Int, N: Int, K: Int
 ):
@@ -133,7 +157,6 @@ def _qgemv_rows_q8[MROWS: Int, R: Int, qtype: StaticString](
     # y[m, n0:n0+R] for m < MROWS from int8 activations (qdot_int8.mojo): per block and row one integer
     # dot product per x row, scaled by d * dx; the offset term (Q4_1 m, Q4_0 -8d, Q8_0 -128d) times sx.
     comptime bb = block_bytes[qtype]()
-    comptime head = 4 if qtype == "q4_1" else 2
     var nb = K // QBLOCK
     # U accumulator sets over consecutive blocks when few rows are in flight (see _qgemv_rows).
     comptime U = 2 if MROWS * R <= 2 else 1
@@ -147,21 +170,10 @@ def _qgemv_rows_q8[MROWS: Int, R: Int, qtype: StaticString](
                 comptime for r in range(R):
                     var blk = w.unsafe_offset((n0 + r) * row_bytes + b * bb)
                     _prefetch_ahead(blk)
-                    var wq: SIMD[DType.uint8, 32]
-                    comptime if qtype == "q8_0":
-                        wq = blk.unsafe_offset(2).unsafe_load[width=32](0) ^ 0x80
-                    else:
-                        var q = blk.unsafe_offset(head).unsafe_load[width=HALF](0)
-                        wq = (q & 0xF).join(q >> 4)
-                    var dm = block_scales(blk)  # (d, m) for Q4_1
-                    var d = dm[0]
-                    var coef: Float32
-                    comptime if qtype == "q4_1":
-                        coef = dm[1]
-                    elif qtype == "q4_0":
-                        coef = -8.0 * d
-                    else:
-                        coef = -128.0 * d
+                    var wq = _int8_weights[qtype](blk)
+                    var dc = _int8_scales[qtype](blk)
+                    var d = dc[0]
+                    var coef = dc[1]
                     comptime for m in range(MROWS):
                         comptime i = (u * MROWS + m) * R + r
                         var xb = qx.unsafe_offset(m * K + b * QBLOCK).unsafe_load[width=32](0)
@@ -186,7 +198,6 @@ def _qgemv_row_q8_mpairs[MROWS: Int, qtype: StaticString](
     # (row_pair_layout_q8), so one instruction, one conversion and one FMA serve two rows, and the
     # offset term is one FMA over all rows.
     comptime bb = block_bytes[qtype]()
-    comptime head = 4 if qtype == "q4_1" else 2
     comptime MP = (MROWS + 1) // 2
     var nb = K // QBLOCK
     var row = w.unsafe_offset(n * row_bytes)
@@ -195,22 +206,11 @@ def _qgemv_row_q8_mpairs[MROWS: Int, qtype: StaticString](
     for b in range(nb):
         var blk = row.unsafe_offset(b * bb)
         _prefetch_ahead(blk)
-        var wq: SIMD[DType.uint8, 32]
-        comptime if qtype == "q8_0":
-            wq = blk.unsafe_offset(2).unsafe_load[width=32](0) ^ 0x80
-        else:
-            var q = blk.unsafe_offset(head).unsafe_load[width=HALF](0)
-            wq = (q & 0xF).join(q >> 4)
+        var wq = _int8_weights[qtype](blk)
         var w2 = wq.join(wq)
-        var dm = block_scales(blk)  # (d, m) for Q4_1
-        var d = dm[0]
-        var coef: Float32
-        comptime if qtype == "q4_1":
-            coef = dm[1]
-        elif qtype == "q4_0":
-            coef = -8.0 * d
-        else:
-            coef = -128.0 * d
+        var dc = _int8_scales[qtype](blk)
+        var d = dc[0]
+        var coef = dc[1]
         comptime for j in range(MP):
             var xq = qxp.unsafe_offset((b * MP + j) * PAIR).unsafe_load[width=PAIR](0)
             var dp = dot_u8_i8_x2[w_max_of[qtype]()](SIMD[DType.int32, 16](0), w2, xq)
