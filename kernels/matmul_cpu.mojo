@@ -2,24 +2,32 @@
 #
 # Two algorithms, chosen by the op's `variant` parameter ("auto" picks by M):
 #   gemv  M <= 8 (decode; larger M runs in groups of 8). Memory-bound: streams each weight row once,
-#         dotting it with all rows of x
-#         held near L1. R rows of W are in flight at once (R load streams, MROWS*R accumulators).
-#   gemm  M > 8 (prefill). Compute-bound: BLIS-style blocking. W is packed per (NC x KC) block into
-#         [NR-column panels][k][NR] so the micro-kernel reads it with aligned vector loads; x is read in
-#         place (MR rows broadcast per k). With AVX-512 the MR x NR = 6 x 4*FW micro-tile keeps 24
-#         accumulators in registers (of 32) and needs 10 loads per 24 FMAs; the packed B micro-panel
-#         (KC*NR*4 = 32 KB) stays in L1. Measured against 12x2, 8x3 and 4x4 tiles and KC 128-512 in the
-#         kernel benchmark (M=512, K=N=1536): 6x4 with KC=128 was fastest (0.90-0.91x MAX vs 0.79-0.89x).
-#         With AVX2 (16 registers) the tile is 6 x 2*FW (12 accumulators): on AMD Zen 3 the 6 x 4 tile
-#         spilled, 0.47x MAX at M=512, K=N=1536 -> 0.76x (M=64, K=576, N=1536: 0.42x -> 0.61x); KC 128
-#         and 256 measured the same there. The in-register transposes of the packing are AVX-512 only.
-#         Full panels are packed by 16 x 16 in-register transposes (block formats: per decoded half
-#         block), not scalar stores: fp32 5628-5652 -> 5164-5370 us at M=512,
-#         K=N=1536 (A/B in one session; MAX 4878-5208 us). Software prefetch in the gemv measured no gain
-#         on 4096 x 4096 and cost 6 us per 576 x 1536 op in a chain (62 -> 68 us).
-
+#         dotting it with all rows of x held near L1. R rows of W are in flight at once (R load streams, MROWS*R accumulators).
+#   gemm  M > 8 (prefill). Compute-bound: BLIS-style blocking.
+#         - W is packed per (NC x KC) block into [NR-column panels][k][NR], so the micro-kernel reads
+#           it with aligned vector loads; one KC x NR micro-panel stays in L1.
+#         - x is packed per (MC x KC) block into [MR-row tiles][k][MR] (in L2), so the MR broadcasts
+#           of one k come from one cache line.
+#         - Before each micro-tile its C lines are prefetched: C (M x NC) falls out of L2 between
+#           k-blocks, and the tile's final load-add-store would otherwise wait on L3.
+#         - Micro-tile: with AVX-512, MR x NR = 6 x 4*FW, 24 accumulators of 32 registers, 10 loads per
+#           24 FMAs, KC = 128 (32 KB panel). Measured against 12x2, 8x3 and 4x4 tiles and KC 128-512
+#           (Zen 4, M=512, K=N=1536, x read in place then): 6x4 with KC=128 was fastest (0.90-0.91x
+#           MAX vs 0.79-0.89x). With AVX2 (16 registers) 6 x 2*FW, 12 accumulators (BLIS's Haswell
+#           tile; 6 x 4 spilled: 0.47x -> 0.76x MAX on Zen 3), KC = 384 (24 KB panel).
+#         - Full panels of W are packed by FW x FW in-register transposes (block formats: per decoded
+#           block piece), not scalar stores: Zen 4 fp32 5628-5652 -> 5164-5370 us at M=512, K=N=1536.
+#         - Zen 3 (AVX2), in-process interleaved medians vs MAX's ops.matmul (0.76x before):
+#           packing x and the AVX2 8 x 8 transposes 0.76x -> 0.88x at M=512, K=N=1536 (M=64, K=576,
+#           N=1536: 0.63x -> 0.84x); then prefetching C and KC 128 -> 384 with MC = 96: 0.87x ->
+#           0.99x (M=64: 0.80x -> 0.95x). Without the C prefetch KC = 384 was no better (0.84x);
+#           KC = 256 / 512 and MC = 48 / 72 / 144 measured within noise of the choice. Not re-measured
+#           on Zen 4, where KC stays 128.
+#         Software prefetch in the gemv measured no gain on 4096 x 4096 and cost 6 us per 576 x 1536 op
+#         in a chain (62 -> 68 us).
 
 from max.gpu.host import DeviceContext
+from std.sys import PrefetchOptions, prefetch
 
 from .common import BytePtr, FW, F32, Ptr, ceil_div, cpu_threads, parallel_for, scratch
 from .quant import HALF, QBLOCK, block_bytes, decode_block
@@ -29,23 +37,28 @@ comptime MR = 6           # micro-tile rows (broadcast x values)
 # registers, 32 with AVX-512 (6 x 4: 24 + 4 + 1) and 16 with AVX2 (6 x 2: 12 + 2 + 1, BLIS's Haswell tile).
 comptime NV = 4 if FW == 16 else 2
 comptime NR = NV * FW     # micro-tile columns
-comptime KC = 128         # k-block: the packed micro-panel KC x NR (32 KB, 8 KB with AVX2) stays in L1
-comptime NC = 256         # n-block packed per task (KC x NC x 4 = 128 KB, in L2)
+# k-block: the packed B micro-panel KC x NR stays in L1 (32 KB with AVX-512, 24 KB with AVX2).
+comptime KC = 128 if FW == 16 else 384
+comptime MC = 96          # m-block of packed x, MC x KC (48 / 144 KB), stays in L2; a multiple of MR
+# n-block packed per task: KC x NC x 4 = 128 KB with AVX-512, 384 KB with AVX2 (L2 holds it, or most
+# of it beside x's block, on Zen 3 / Zen 4: 512 KB / 1 MB).
+comptime NC = 256
 comptime GEMV_MAX_M = 8
 
 
 @always_inline
 def _micro_tile[first: Bool, full: Bool](
-    a: Ptr[F32], lda: Int, bp: Ptr[F32], c: Ptr[F32], ldc: Int, kc: Int, rows: Int, cols: Int
+    a: Ptr[F32], bp: Ptr[F32], c: Ptr[F32], ldc: Int, kc: Int, rows: Int, cols: Int
 ):
-    # c[0:rows, 0:cols] (+)= a[0:MR, 0:kc] @ bp[0:kc, 0:NR]; `a` has MR valid rows (the caller pads).
+    # c[0:rows, 0:cols] (+)= A[0:MR, 0:kc] @ bp[0:kc, 0:NR]. a: the packed micro-panel [kc][MR] (rows
+    # past `rows` are zero); bp: [kc][NR].
     var acc = Array[SIMD[F32, FW], MR * NV](fill=SIMD[F32, FW](0))
     for k in range(kc):
         var bv = Array[SIMD[F32, FW], NV](fill=SIMD[F32, FW](0))
         comptime for v in range(NV):
             bv[v] = bp.unsafe_load[width=FW](k * NR + v * FW)
         comptime for i in range(MR):
-            var av = SIMD[F32, FW](a[unsafe_offset=i * lda + k])
+            var av = SIMD[F32, FW](a[unsafe_offset=k * MR + i])
             comptime for v in range(NV):
                 acc[i * NV + v] = av.fma(bv[v], acc[i * NV + v])
     comptime if full:
@@ -67,6 +80,32 @@ def _micro_tile[first: Bool, full: Bool](
                             p[unsafe_offset=j] = vec[j]
                         else:
                             p[unsafe_offset=j] = p[unsafe_offset=j] + vec[j]
+
+
+@always_inline
+def _swap_blocks8[b: Int](mut t: Array[SIMD[F32, 8], 8]):
+    # _swap_blocks for an 8 x 8 tile (AVX2).
+    comptime for i in range(8):
+        comptime if (i // b) % 2 == 0:
+            var r0 = t[i]
+            var r1 = t[i + b]
+            comptime if b == 4:
+                t[i] = r0.shuffle[0, 1, 2, 3, 8, 9, 10, 11](r1)
+                t[i + b] = r0.shuffle[4, 5, 6, 7, 12, 13, 14, 15](r1)
+            comptime if b == 2:
+                t[i] = r0.shuffle[0, 1, 8, 9, 4, 5, 12, 13](r1)
+                t[i + b] = r0.shuffle[2, 3, 10, 11, 6, 7, 14, 15](r1)
+            comptime if b == 1:
+                t[i] = r0.shuffle[0, 8, 2, 10, 4, 12, 6, 14](r1)
+                t[i + b] = r0.shuffle[1, 9, 3, 11, 5, 13, 7, 15](r1)
+
+
+@always_inline
+def _transpose8(mut t: Array[SIMD[F32, 8], 8]):
+    """In-register 8 x 8 float transpose: 3 stages of 8 two-source shuffles."""
+    _swap_blocks8[4](t)
+    _swap_blocks8[2](t)
+    _swap_blocks8[1](t)
 
 
 @always_inline
@@ -100,45 +139,62 @@ def _transpose16(mut t: Array[SIMD[F32, 16], 16]):
 
 
 @always_inline
+def _transpose(mut t: Array[SIMD[F32, FW], FW]):
+    """In-register FW x FW float transpose."""
+    comptime if FW == 16:
+        var t16 = rebind_var[Array[SIMD[F32, 16], 16]](t^)
+        _transpose16(t16)
+        t = rebind_var[Array[SIMD[F32, FW], FW]](t16^)
+    else:
+        var t8 = rebind_var[Array[SIMD[F32, 8], 8]](t^)
+        _transpose8(t8)
+        t = rebind_var[Array[SIMD[F32, FW], FW]](t8^)
+
+
+@always_inline
 def _pack_b[qtype: StaticString](
     w: BytePtr, row_bytes: Int, N: Int, n0: Int, nc: Int, k0: Int, kc: Int, bp: Ptr[F32]
 ):
     # bp[jr][k][j] = W[n0 + jr*NR + j, k0 + k], decoding `qtype` blocks in registers on the way (the
     # panel is the only float copy of the weights, KC x NC at a time). Columns past N are zero so edge
     # tiles stay finite. For quantized formats k0 and kc are multiples of the 32-value block.
+    # Full panels are transposed in registers by FW x FW tiles (16 x 16 with AVX-512, 8 x 8 with
+    # AVX2) instead of scalar stores; edge panels take the scalar loop at the end.
     comptime bb = block_bytes[qtype]()
     for jr in range(ceil_div(nc, NR)):
         var panel = bp.unsafe_offset(jr * KC * NR)
-        comptime if qtype == "f32" and FW == 16:
-            # Full panels: 16 x 16 tiles of W transposed in registers (16 row loads, 64 shuffles, 16
-            # stores) instead of 256 scalar copies. Packing is ~6% of an M = 512 GEMM's work.
-            if n0 + jr * NR + NR <= N and kc % 16 == 0:
-                for jb in range(NR // 16):
-                    var src = w.unsafe_offset((n0 + jr * NR + jb * 16) * row_bytes).bitcast[Float32]().unsafe_offset(k0)
-                    for kb in range(kc // 16):
-                        var t = Array[SIMD[F32, 16], 16](fill=SIMD[F32, 16](0))
-                        comptime for jj in range(16):
-                            t[jj] = src.unsafe_load[width=16](jj * (row_bytes // 4) + kb * 16)
-                        _transpose16(t)
-                        comptime for kk in range(16):
-                            panel.unsafe_store((kb * 16 + kk) * NR + jb * 16, t[kk])
+        var full = n0 + jr * NR + NR <= N
+        comptime if qtype == "f32":
+            if full and kc % FW == 0:
+                for jb in range(NR // FW):
+                    var src = w.unsafe_offset((n0 + jr * NR + jb * FW) * row_bytes).bitcast[Float32]().unsafe_offset(k0)
+                    for kb in range(kc // FW):
+                        var t = Array[SIMD[F32, FW], FW](fill=SIMD[F32, FW](0))
+                        comptime for jj in range(FW):
+                            t[jj] = src.unsafe_load[width=FW](jj * (row_bytes // 4) + kb * FW)
+                        _transpose(t)
+                        comptime for kk in range(FW):
+                            panel.unsafe_store((kb * FW + kk) * NR + jb * FW, t[kk])
                 continue
         else:
-            comptime if FW == 16:
-                # Block formats, full panels: each 16-row group decodes one block per row (two 16-value
-                # halves) and transposes each half in registers, instead of 32 scalar stores per block.
-                if n0 + jr * NR + NR <= N:
-                    for jb in range(NR // 16):
-                        var rows0 = w.unsafe_offset((n0 + jr * NR + jb * 16) * row_bytes + (k0 // QBLOCK) * bb)
-                        for b in range(kc // QBLOCK):
-                            comptime for h in range(2):
-                                var t = Array[SIMD[F32, 16], 16](fill=SIMD[F32, 16](0))
-                                comptime for jj in range(16):
-                                    t[jj] = decode_block[qtype](rows0.unsafe_offset(jj * row_bytes + b * bb))[h]
-                                _transpose16(t)
-                                comptime for kk in range(16):
-                                    panel.unsafe_store((b * QBLOCK + h * 16 + kk) * NR + jb * 16, t[kk])
-                    continue
+            # Block formats: each FW-row group decodes one block per row and transposes it by FW-value
+            # pieces (a block is two 16-value halves: one piece each with AVX-512, two with AVX2).
+            if full:
+                for jb in range(NR // FW):
+                    var rows0 = w.unsafe_offset((n0 + jr * NR + jb * FW) * row_bytes + (k0 // QBLOCK) * bb)
+                    for b in range(kc // QBLOCK):
+                        comptime for h in range(2):
+                            var half = Array[SIMD[F32, HALF], FW](fill=SIMD[F32, HALF](0))
+                            comptime for jj in range(FW):
+                                half[jj] = decode_block[qtype](rows0.unsafe_offset(jj * row_bytes + b * bb))[h]
+                            comptime for q in range(HALF // FW):
+                                var t = Array[SIMD[F32, FW], FW](fill=SIMD[F32, FW](0))
+                                comptime for jj in range(FW):
+                                    t[jj] = half[jj].slice[FW, offset=q * FW]()
+                                _transpose(t)
+                                comptime for kk in range(FW):
+                                    panel.unsafe_store((b * QBLOCK + h * HALF + q * FW + kk) * NR + jb * FW, t[kk])
+                continue
         for j in range(NR):
             var n = n0 + jr * NR + j
             if n >= N:
@@ -157,6 +213,23 @@ def _pack_b[qtype: StaticString](
                     comptime for i in range(HALF):
                         dst[unsafe_offset=i * NR] = v[0][i]
                         dst[unsafe_offset=(i + HALF) * NR] = v[1][i]
+
+
+@always_inline
+def _pack_a(x: Ptr[F32], K: Int, m0: Int, m_end: Int, tiles: Int, k0: Int, kc: Int, ap: Ptr[F32]):
+    # ap[t][k][i] = x[m0 + t*MR + i, k0 + k] for t < tiles, zero for rows at or past m_end: the
+    # micro-kernel's MR broadcasts per k then come from one cache line, not MR rows K apart.
+    for t in range(tiles):
+        var dst = ap.unsafe_offset(t * MR * KC)
+        for i in range(MR):
+            var row = m0 + t * MR + i
+            if row < m_end:
+                var src = x.unsafe_offset(row * K + k0)
+                for k in range(kc):
+                    dst[unsafe_offset=k * MR + i] = src[unsafe_offset=k]
+            else:
+                for k in range(kc):
+                    dst[unsafe_offset=k * MR + i] = 0
 
 
 def gemm_cpu[qtype: StaticString](
@@ -179,46 +252,45 @@ def gemm_cpu[qtype: StaticString](
         var m_end = min(M, m_begin + tiles_per_chunk * MR)
         if m_begin >= m_end:
             return
+        var tiles = ceil_div(m_end - m_begin, MR)
         var bp = scratch[F32](KC * NC)
-        # The ragged last M tile reads x through a zero-padded copy so the micro-kernel stays MR rows.
-        var tail_rows = (m_end - m_begin) % MR
-        var tail_begin = m_end - tail_rows
-        var a_tail = scratch[F32](MR * KC)
+        var ap = scratch[F32](MC * KC)
         var k0 = 0
         while k0 < K:
             var kc = min(KC, K - k0)
             _pack_b[qtype](w, row_bytes, N, n0, nc, k0, kc, bp)
-            if tail_rows > 0:
-                for i in range(MR):
-                    for k in range(kc):
-                        a_tail[unsafe_offset=i * KC + k] = (
-                            x[unsafe_offset=(tail_begin + i) * K + k0 + k] if i < tail_rows else 0
-                        )
-            for jr in range(ceil_div(nc, NR)):
-                var cols = min(NR, nc - jr * NR)
-                var panel = bp + jr * KC * NR
-                var cbase = y + n0 + jr * NR
-                var i = m_begin
-                while i < tail_begin:
-                    var a = x + i * K + k0
-                    if cols == NR:
-                        if k0 == 0:
-                            _micro_tile[True, True](a, K, panel, cbase + i * N, N, kc, MR, cols)
+            var t0 = 0
+            while t0 < tiles:
+                # One MC x kc block of x, packed, in L2; each NR-column panel of bp (in L1) meets it.
+                var t1 = min(tiles, t0 + MC // MR)
+                _pack_a(x, K, m_begin + t0 * MR, m_end, t1 - t0, k0, kc, ap)
+                for jr in range(ceil_div(nc, NR)):
+                    var cols = min(NR, nc - jr * NR)
+                    var panel = bp + jr * KC * NR
+                    var cbase = y + n0 + jr * NR
+                    for tt in range(t1 - t0):
+                        var a = ap + tt * MR * KC
+                        var i = m_begin + (t0 + tt) * MR
+                        var rows = min(MR, m_end - i)
+                        # The C tile's lines, requested before the FMAs: C (M x NC) does not stay in L2
+                        # between k-blocks, and its load at the end would otherwise stall on L3.
+                        comptime for r in range(MR):
+                            comptime for line in range(NR // 16):
+                                prefetch[PrefetchOptions().for_write().high_locality()](
+                                    (cbase + (i + min(r, rows - 1)) * N + line * 16).bitcast[UInt8]())
+                        if cols == NR and rows == MR:
+                            if k0 == 0:
+                                _micro_tile[True, True](a, panel, cbase + i * N, N, kc, MR, cols)
+                            else:
+                                _micro_tile[False, True](a, panel, cbase + i * N, N, kc, MR, cols)
                         else:
-                            _micro_tile[False, True](a, K, panel, cbase + i * N, N, kc, MR, cols)
-                    else:
-                        if k0 == 0:
-                            _micro_tile[True, False](a, K, panel, cbase + i * N, N, kc, MR, cols)
-                        else:
-                            _micro_tile[False, False](a, K, panel, cbase + i * N, N, kc, MR, cols)
-                    i += MR
-                if tail_rows > 0:
-                    if k0 == 0:
-                        _micro_tile[True, False](a_tail, KC, panel, cbase + tail_begin * N, N, kc, tail_rows, cols)
-                    else:
-                        _micro_tile[False, False](a_tail, KC, panel, cbase + tail_begin * N, N, kc, tail_rows, cols)
+                            if k0 == 0:
+                                _micro_tile[True, False](a, panel, cbase + i * N, N, kc, rows, cols)
+                            else:
+                                _micro_tile[False, False](a, panel, cbase + i * N, N, kc, rows, cols)
+                t0 = t1
             k0 += KC
-        a_tail.unsafe_free()
+        ap.unsafe_free()
         bp.unsafe_free()
 
     parallel_for(task, n_blocks * m_chunks, ctx)
