@@ -2,7 +2,8 @@
 #
 # Two algorithms, chosen by the op's `variant` parameter ("auto" picks by M):
 #   gemv  M <= 8 (decode; larger M runs in groups of 8). Memory-bound: streams each weight row once,
-#         dotting it with all rows of x held near L1. R rows of W are in flight at once (R load streams, MROWS*R accumulators).
+#         dotting it with all rows of x held near L1. R rows of W are in flight at once (R load
+#         streams, MROWS*R accumulators).
 #   gemm  M > 8 (prefill). Compute-bound: BLIS-style blocking.
 #         - W is packed per (NC x KC) block into [NR-column panels][k][NR], so the micro-kernel reads
 #           it with aligned vector loads; one KC x NR micro-panel stays in L1.
