@@ -19,7 +19,15 @@
 # heads, D = 128, 4096 keys: 1059-1168 -> 894-988 us (31.7 -> 34-37.5 GB/s). With AVX-512, decode
 # scores are computed 4 keys x 4 query rows at a time and their 16 horizontal sums share one shuffle
 # tree (_sum16): 1024 keys (cache-resident) 255-265 -> 228-235 us; at 4096 keys no change measured
-# within the noise (920-1087 us), where the reads from DRAM dominate.
+# within the noise (920-1087 us), where the reads from DRAM dominate. AVX2 does 4 keys x 2 rows
+# (_sum8): on a Zen 3 host, 32/8 heads, 1024 keys 410 -> 340 us, 4096 keys 2486 -> 2298 us.
+# Decode runs in slot order (slot_task): when every sequence fits one token tile per kv head, a task
+# takes a key range of one sequence and walks it SLOT_KEYS keys at a time for all of its kv heads,
+# prefetching the next window's whole slots (all heads of a token are contiguous in MAX's layout).
+# Head order (one task per head) read 512-byte rows 4 KB apart, which DRAM and the hardware
+# prefetchers serve at half the rate of contiguous rows. Zen 3, in-process A/B, 32/8 heads, D = 128:
+# 4096 keys 2706-3076 -> 1956-2335 us; 1024 keys -7%; 9/3 heads 4096 keys -10 to -17%. Windows of
+# 32 keys or a prefetch distance of 2 windows measured no better.
 # P @ V runs 4 query rows at a time (_pv_rows), reading each value row once per block instead of once
 # per row, and the prefetches go to L2: 4096 keys 1121-1193 -> 978-1015 us and then -5% (in-process
 # A/B of two kernel builds, same inputs, bit-identical outputs). Key and value rows are addressed by
@@ -38,6 +46,8 @@ comptime ROWS = 48        # query rows (tokens x heads of one kv group) per tile
 comptime BK = 64          # keys per score block
 comptime NEG_INF = Float32(-3.0e38)
 comptime PF_KEYS = 16     # decode: software prefetch distance in keys (see _tile)
+comptime SLOT_KEYS = 16   # slot-ordered decode: keys per window (all kv heads of them: 128 KB at 8 x 128)
+comptime SLOT_PF = 1      # slot-ordered decode: prefetch distance in windows
 
 
 @always_inline
@@ -77,6 +87,35 @@ def _sum16(acc: Array[SIMD[F32, 16], 16]) -> SIMD[F32, 16]:
     comptime for i in range(4):
         a4[i] = _pair_sum[4](a8[2 * i], a8[2 * i + 1])
     return _pair_sum[1](_pair_sum[2](a4[0], a4[1]), _pair_sum[2](a4[2], a4[3]))
+
+
+@always_inline
+def _pair_sum8[h: Int](x: SIMD[F32, 8], y: SIMD[F32, 8]) -> SIMD[F32, 8]:
+    # _pair_sum for 8-lane (AVX2) vectors.
+    comptime if h == 4:
+        return x.shuffle[0, 1, 2, 3, 8, 9, 10, 11](y) + x.shuffle[4, 5, 6, 7, 12, 13, 14, 15](y)
+    elif h == 2:
+        return x.shuffle[0, 1, 4, 5, 8, 9, 12, 13](y) + x.shuffle[2, 3, 6, 7, 10, 11, 14, 15](y)
+    else:
+        return x.shuffle[0, 2, 4, 6, 8, 10, 12, 14](y) + x.shuffle[1, 3, 5, 7, 9, 11, 13, 15](y)
+
+
+@always_inline
+def _sum8(acc: Array[SIMD[F32, 8], 8]) -> SIMD[F32, 8]:
+    """Lane i = the sum of acc[i]'s 8 lanes: 7 pair stages instead of 8 separate reductions."""
+    var a4 = Array[SIMD[F32, 8], 4](fill=SIMD[F32, 8](0))
+    comptime for i in range(4):
+        a4[i] = _pair_sum8[4](acc[2 * i], acc[2 * i + 1])
+    return _pair_sum8[1](_pair_sum8[2](a4[0], a4[1]), _pair_sum8[2](a4[2], a4[3]))
+
+
+@always_inline
+def _sum_fw(var acc: Array[SIMD[F32, FW], FW]) -> SIMD[F32, FW]:
+    """Lane i = the sum of acc[i]'s FW lanes, for this target's vector width."""
+    comptime if FW == 16:
+        return rebind[SIMD[F32, FW]](_sum16(rebind_var[Array[SIMD[F32, 16], 16]](acc^)))
+    else:
+        return rebind[SIMD[F32, FW]](_sum8(rebind_var[Array[SIMD[F32, 8], 8]](acc^)))
 
 
 @always_inline
@@ -135,157 +174,214 @@ def _tile[D: Int](
     # Rows r = (t - t0) * G + h' for tokens t in [t0, t1) (ragged rows) and heads g*G + h'. Query t
     # sits at position ctx_start + t - seq_start and sees keys [k_lo, min(k_hi, pos + 1)).
     # Writes un-normalized outputs o_part[r, :], and ml_part[r] = (max, denominator).
-    var rows = (t1 - t0) * G
-    var last_pos = ctx_start + (t1 - 1) - seq_start
-    var k_end = min(k_hi, last_pos + 1)
+    _tile_init[D]((t1 - t0) * G, o_part, ml_part)
+    var k_end = _key_end(seq_start, ctx_start, t1, k_hi)
+    var j0 = k_lo
+    while j0 < k_end:
+        var j1 = min(k_end, j0 + BK)
+        _tile_block[D, True](q, kv, b, g, G, Hq, seq_start, ctx_start, t0, t1, j0, j1, k_end, scale,
+                             o_part, ml_part, scores, kt)
+        j0 = j1
+
+
+@always_inline
+def _key_end(seq_start: Int, ctx_start: Int, t1: Int, k_hi: Int) -> Int:
+    # One past the last key any row of the tile (last token t1 - 1) sees, capped at k_hi.
+    return min(k_hi, ctx_start + (t1 - 1) - seq_start + 1)
+
+
+@always_inline
+def _tile_init[D: Int](rows: Int, o_part: Ptr[F32], ml_part: Ptr[F32]):
+    # Empty online-softmax state: o_part[rows, D] = 0, ml_part[rows] = (max -inf, denominator 0).
     for r in range(rows):
         ml_part[unsafe_offset=2 * r] = NEG_INF
         ml_part[unsafe_offset=2 * r + 1] = 0
         for d in range(D):
             o_part[unsafe_offset=r * D + d] = 0
-    var j0 = k_lo
-    while j0 < k_end:
-        var j1 = min(k_end, j0 + BK)
-        var n = j1 - j0
-        if t1 - t0 >= 4 and n >= FW:
-            # Prefill tiles: the key block is transposed once into kt[d, jj] so every row computes FW
-            # scores per vector FMA (no horizontal sum per score, ~3x fewer instructions than dots).
-            for jj in range(n):
-                var kp = kv.key(b, seq_start, j0 + jj, g)
-                for d in range(D):
-                    kt[unsafe_offset=d * BK + jj] = kp[unsafe_offset=d]
-            for jj in range(n, BK):
-                for d in range(D):
-                    kt[unsafe_offset=d * BK + jj] = 0
-            for r in range(rows):
-                var t = t0 + r // G
-                var pos = ctx_start + t - seq_start
-                var qp = q.unsafe_offset((t * Hq + g * G + r % G) * D)
-                var srow = scores.unsafe_offset(r * BK)
-                # BK / FW independent accumulators: one FMA chain would wait on FMA latency every step.
-                var acc = Array[SIMD[F32, FW], BK // FW](fill=SIMD[F32, FW](0))
-                for d in range(D):
-                    var qd = SIMD[F32, FW](qp[unsafe_offset=d])
-                    comptime for c in range(BK // FW):
-                        acc[c] = qd.fma(kt.unsafe_load[width=FW](d * BK + c * FW), acc[c])
+
+
+def _tile_block[D: Int, HEAD_PREFETCH: Bool](
+    q: Ptr[F32], kv: KVView[F32], b: Int, g: Int, G: Int, Hq: Int, seq_start: Int, ctx_start: Int,
+    t0: Int, t1: Int, j0: Int, j1: Int, k_end: Int, scale: Float32,
+    o_part: Ptr[F32], ml_part: Ptr[F32], scores: Ptr[F32], kt: Ptr[F32],
+):
+    # Folds keys [j0, j1) (at most BK of them, all < k_end) into the tile's online-softmax state.
+    # HEAD_PREFETCH: prefetch this head's key rows PF_KEYS ahead and the block's value rows (tasks that
+    # walk one head); slot-ordered decode prefetches whole slots itself (_prefetch_slots).
+    var rows = (t1 - t0) * G
+    var n = j1 - j0
+    if t1 - t0 >= 4 and n >= FW:
+        # Prefill tiles: the key block is transposed once into kt[d, jj] so every row computes FW
+        # scores per vector FMA (no horizontal sum per score, ~3x fewer instructions than dots).
+        for jj in range(n):
+            var kp = kv.key(b, seq_start, j0 + jj, g)
+            for d in range(D):
+                kt[unsafe_offset=d * BK + jj] = kp[unsafe_offset=d]
+        for jj in range(n, BK):
+            for d in range(D):
+                kt[unsafe_offset=d * BK + jj] = 0
+        for r in range(rows):
+            var t = t0 + r // G
+            var pos = ctx_start + t - seq_start
+            var qp = q.unsafe_offset((t * Hq + g * G + r % G) * D)
+            var srow = scores.unsafe_offset(r * BK)
+            # BK / FW independent accumulators: one FMA chain would wait on FMA latency every step.
+            var acc = Array[SIMD[F32, FW], BK // FW](fill=SIMD[F32, FW](0))
+            for d in range(D):
+                var qd = SIMD[F32, FW](qp[unsafe_offset=d])
                 comptime for c in range(BK // FW):
-                    srow.unsafe_store(c * FW, acc[c] * scale)
-                if j1 - 1 > pos:  # causal edge: keys in this row's future
-                    for jj in range(max(0, pos + 1 - j0), n):
-                        srow[unsafe_offset=jj] = NEG_INF
-        else:
-            # Scores: each key row is loaded once and dotted with every query row of the tile. Row
-            # offsets and positions are computed once per block (a division by G per row and key
-            # showed up in profiles of decode).
-            var q_row = Array[Int, ROWS](fill=0)
-            var pos_row = Array[Int, ROWS](fill=0)
-            for r in range(rows):
-                var t = t0 + r // G
-                pos_row[r] = ctx_start + t - seq_start
-                q_row[r] = (t * Hq + g * G + r % G) * D
-            var j_tail = j0
-            comptime if FW == 16:
-                # 4 keys x 4 query rows at a time: 16 dot products in 16 accumulators, reduced together
-                # by one shuffle tree (_sum16) instead of 16 horizontal sums. Rows past the tile
-                # repeat its last row and are not stored.
-                while j_tail + 4 <= j1:
-                    var kp4 = Array[Ptr[F32], 4](fill=q)
+                    acc[c] = qd.fma(kt.unsafe_load[width=FW](d * BK + c * FW), acc[c])
+            comptime for c in range(BK // FW):
+                srow.unsafe_store(c * FW, acc[c] * scale)
+            if j1 - 1 > pos:  # causal edge: keys in this row's future
+                for jj in range(max(0, pos + 1 - j0), n):
+                    srow[unsafe_offset=jj] = NEG_INF
+    else:
+        # Scores: each key row is loaded once and dotted with every query row of the tile. Row
+        # offsets and positions are computed once per block (a division by G per row and key
+        # showed up in profiles of decode).
+        var q_row = Array[Int, ROWS](fill=0)
+        var pos_row = Array[Int, ROWS](fill=0)
+        for r in range(rows):
+            var t = t0 + r // G
+            pos_row[r] = ctx_start + t - seq_start
+            q_row[r] = (t * Hq + g * G + r % G) * D
+        var j_tail = j0
+        # 4 keys x NQ query rows at a time (NQ = FW / 4: 4 with AVX-512, 2 with AVX2, so the FW
+        # accumulators, 4 key vectors and a query vector fit the register file): FW dot products
+        # reduced together by one shuffle tree (_sum_fw) instead of FW horizontal sums, and each
+        # loaded key vector serves NQ rows. AVX-512 pads a last partial group of rows (repeating
+        # the tile's last row, not stored); AVX2 scores a lone last row (G = 3) with per-key dots,
+        # since a padded 4 x 2 group costs as much as two rows (measured 11% slower at 9/3 heads).
+        comptime NQ = FW // 4
+        var r_grouped = rows if FW == 16 else rows - rows % NQ
+        while j_tail + 4 <= j1:
+            var kp4 = Array[Ptr[F32], 4](fill=q)
+            comptime for ki in range(4):
+                var j = j_tail + ki
+                kp4[ki] = kv.key(b, seq_start, j, g)
+                comptime if HEAD_PREFETCH:
+                    _prefetch_row[D](kv.key(b, seq_start, min(j + PF_KEYS, k_end - 1), g))
+                    _prefetch_row[D](kv.value(b, seq_start, j, g))
+            var r0 = 0
+            while r0 < r_grouped:
+                var qpr = Array[Ptr[F32], NQ](fill=q)
+                comptime for ri in range(NQ):
+                    qpr[ri] = q.unsafe_offset(q_row[min(r0 + ri, rows - 1)])
+                var acc = Array[SIMD[F32, FW], FW](fill=SIMD[F32, FW](0))
+                comptime for c in range(D // FW):
+                    var kc = Array[SIMD[F32, FW], 4](fill=SIMD[F32, FW](0))
                     comptime for ki in range(4):
-                        var j = j_tail + ki
-                        kp4[ki] = kv.key(b, seq_start, j, g)
-                        _prefetch_row[D](kv.key(b, seq_start, min(j + PF_KEYS, k_end - 1), g))
-                        _prefetch_row[D](kv.value(b, seq_start, j, g))
-                    var r0 = 0
-                    while r0 < rows:
-                        var qp4 = Array[Ptr[F32], 4](fill=q)
-                        comptime for ri in range(4):
-                            qp4[ri] = q.unsafe_offset(q_row[min(r0 + ri, rows - 1)])
-                        var acc = Array[SIMD[F32, 16], 16](fill=SIMD[F32, 16](0))
-                        comptime for c in range(D // 16):
-                            var kc = Array[SIMD[F32, 16], 4](fill=SIMD[F32, 16](0))
-                            comptime for ki in range(4):
-                                kc[ki] = kp4[ki].unsafe_load[width=16](c * 16)
-                            comptime for ri in range(4):
-                                var qv = qp4[ri].unsafe_load[width=16](c * 16)
-                                comptime for ki in range(4):
-                                    acc[ri * 4 + ki] = qv.fma(kc[ki], acc[ri * 4 + ki])
-                        var sv = _sum16(acc) * scale  # lane ri * 4 + ki: row r0 + ri, key j_tail + ki
-                        comptime for ri in range(4):
-                            var r = r0 + ri
-                            if r < rows:
-                                comptime for ki in range(4):
-                                    var keep = j_tail + ki <= pos_row[r]
-                                    scores[unsafe_offset=r * BK + (j_tail + ki - j0)] = sv[ri * 4 + ki] if keep else NEG_INF
-                        r0 += 4
-                    j_tail += 4
-            for j in range(j_tail, j1):
-                var kp = kv.key(b, seq_start, j, g)
-                # One head's rows are slot_stride apart (4 KB for 8 heads x 128 floats), a pattern the
-                # hardware prefetchers do not follow: fetch the key row PF_KEYS ahead and this key's
-                # value row (read by P @ V right after this block) explicitly.
+                        kc[ki] = kp4[ki].unsafe_load[width=FW](c * FW)
+                    comptime for ri in range(NQ):
+                        var qv = qpr[ri].unsafe_load[width=FW](c * FW)
+                        comptime for ki in range(4):
+                            acc[ri * 4 + ki] = qv.fma(kc[ki], acc[ri * 4 + ki])
+                var sv = _sum_fw(acc^) * scale  # lane ri * 4 + ki: row r0 + ri, key j_tail + ki
+                comptime for ri in range(NQ):
+                    var r = r0 + ri
+                    if r < rows:
+                        comptime for ki in range(4):
+                            var keep = j_tail + ki <= pos_row[r]
+                            scores[unsafe_offset=r * BK + (j_tail + ki - j0)] = sv[ri * 4 + ki] if keep else NEG_INF
+                r0 += NQ
+            for r in range(r_grouped, rows):
+                comptime for ki in range(4):
+                    var s = NEG_INF
+                    if j_tail + ki <= pos_row[r]:
+                        s = _dot[D](q.unsafe_offset(q_row[r]), kp4[ki]) * scale
+                    scores[unsafe_offset=r * BK + (j_tail + ki - j0)] = s
+            j_tail += 4
+        for j in range(j_tail, j1):
+            var kp = kv.key(b, seq_start, j, g)
+            # One head's rows are slot_stride apart (4 KB for 8 heads x 128 floats), a pattern the
+            # hardware prefetchers do not follow: fetch the key row PF_KEYS ahead and this key's
+            # value row (read by P @ V right after this block) explicitly.
+            comptime if HEAD_PREFETCH:
                 _prefetch_row[D](kv.key(b, seq_start, min(j + PF_KEYS, k_end - 1), g))
                 _prefetch_row[D](kv.value(b, seq_start, j, g))
-                for r in range(rows):
-                    var s = NEG_INF
-                    if j <= pos_row[r]:
-                        s = _dot[D](q.unsafe_offset(q_row[r]), kp) * scale
-                    scores[unsafe_offset=r * BK + (j - j0)] = s
-        # Online softmax, row by row: block max, rescale factor alpha, probabilities in place of the
-        # scores, running denominator.
-        var v_first = kv.value(b, seq_start, j0, g)
-        var v_run = not kv.paged or (j0 // kv.page_size == (j1 - 1) // kv.page_size)
-        var alpha_row = Array[Float32, ROWS](fill=1)
-        for r in range(rows):
-            var srow = scores.unsafe_offset(r * BK)
-            var m_old = ml_part[unsafe_offset=2 * r]
-            # Block max as a vector reduction (a scalar max chain costs its latency per key).
-            var m_vec = SIMD[F32, FW](NEG_INF)
-            var jm = 0
-            while jm + FW <= n:
-                m_vec = max(m_vec, srow.unsafe_load[width=FW](jm))
-                jm += FW
-            var m_blk = m_vec.reduce_max()
-            while jm < n:
-                m_blk = max(m_blk, srow[unsafe_offset=jm])
-                jm += 1
-            if m_blk == NEG_INF:
-                # Every key of this block is in this row's future: it adds nothing.
-                for jz in range(n):
-                    srow[unsafe_offset=jz] = 0
-                continue
-            var m_new = max(m_old, m_blk)
-            var alpha = exp(m_old - m_new)
-            var l = ml_part[unsafe_offset=2 * r + 1] * alpha
-            var jj = 0
-            while jj + FW <= n:
-                var p = exp(srow.unsafe_load[width=FW](jj) - m_new)
-                srow.unsafe_store(jj, p)
-                l += p.reduce_add()
-                jj += FW
-            while jj < n:
-                var p1 = exp(srow[unsafe_offset=jj] - m_new)
-                srow[unsafe_offset=jj] = p1
-                l += p1
-                jj += 1
-            alpha_row[r] = alpha
-            ml_part[unsafe_offset=2 * r] = m_new
-            ml_part[unsafe_offset=2 * r + 1] = l
-        # P @ V for up to 4 rows at once: each value row is read once per block for all of them.
-        # Row by row, a row's 64 value rows (4 KB apart, all in the same L1 sets) were evicted before
-        # the next row came back to them, and every row re-read them from L2.
-        var r0 = 0
-        while r0 < rows:
-            var nr = min(4, rows - r0)
-            if nr == 4:
-                _pv_rows[D, 4](kv, b, seq_start, g, j0, n, v_first, v_run, scores, o_part, alpha_row, r0)
-            elif nr == 3:
-                _pv_rows[D, 3](kv, b, seq_start, g, j0, n, v_first, v_run, scores, o_part, alpha_row, r0)
-            elif nr == 2:
-                _pv_rows[D, 2](kv, b, seq_start, g, j0, n, v_first, v_run, scores, o_part, alpha_row, r0)
-            else:
-                _pv_rows[D, 1](kv, b, seq_start, g, j0, n, v_first, v_run, scores, o_part, alpha_row, r0)
-            r0 += nr
-        j0 = j1
+            for r in range(rows):
+                var s = NEG_INF
+                if j <= pos_row[r]:
+                    s = _dot[D](q.unsafe_offset(q_row[r]), kp) * scale
+                scores[unsafe_offset=r * BK + (j - j0)] = s
+    # Online softmax, row by row: block max, rescale factor alpha, probabilities in place of the
+    # scores, running denominator.
+    var v_first = kv.value(b, seq_start, j0, g)
+    var v_run = not kv.paged or (j0 // kv.page_size == (j1 - 1) // kv.page_size)
+    var alpha_row = Array[Float32, ROWS](fill=1)
+    for r in range(rows):
+        var srow = scores.unsafe_offset(r * BK)
+        var m_old = ml_part[unsafe_offset=2 * r]
+        # Block max as a vector reduction (a scalar max chain costs its latency per key).
+        var m_vec = SIMD[F32, FW](NEG_INF)
+        var jm = 0
+        while jm + FW <= n:
+            m_vec = max(m_vec, srow.unsafe_load[width=FW](jm))
+            jm += FW
+        var m_blk = m_vec.reduce_max()
+        while jm < n:
+            m_blk = max(m_blk, srow[unsafe_offset=jm])
+            jm += 1
+        if m_blk == NEG_INF:
+            # Every key of this block is in this row's future: it adds nothing.
+            for jz in range(n):
+                srow[unsafe_offset=jz] = 0
+            continue
+        var m_new = max(m_old, m_blk)
+        var alpha = exp(m_old - m_new)
+        var l = ml_part[unsafe_offset=2 * r + 1] * alpha
+        var jj = 0
+        while jj + FW <= n:
+            var p = exp(srow.unsafe_load[width=FW](jj) - m_new)
+            srow.unsafe_store(jj, p)
+            l += p.reduce_add()
+            jj += FW
+        while jj < n:
+            var p1 = exp(srow[unsafe_offset=jj] - m_new)
+            srow[unsafe_offset=jj] = p1
+            l += p1
+            jj += 1
+        alpha_row[r] = alpha
+        ml_part[unsafe_offset=2 * r] = m_new
+        ml_part[unsafe_offset=2 * r + 1] = l
+    # P @ V for up to 4 rows at once: each value row is read once per block for all of them.
+    # Row by row, a row's 64 value rows (4 KB apart, all in the same L1 sets) were evicted before
+    # the next row came back to them, and every row re-read them from L2.
+    var r0 = 0
+    while r0 < rows:
+        var nr = min(4, rows - r0)
+        if nr == 4:
+            _pv_rows[D, 4](kv, b, seq_start, g, j0, n, v_first, v_run, scores, o_part, alpha_row, r0)
+        elif nr == 3:
+            _pv_rows[D, 3](kv, b, seq_start, g, j0, n, v_first, v_run, scores, o_part, alpha_row, r0)
+        elif nr == 2:
+            _pv_rows[D, 2](kv, b, seq_start, g, j0, n, v_first, v_run, scores, o_part, alpha_row, r0)
+        else:
+            _pv_rows[D, 1](kv, b, seq_start, g, j0, n, v_first, v_run, scores, o_part, alpha_row, r0)
+        r0 += nr
+
+
+@always_inline
+def _prefetch_slot[D: Int](kv: KVView[F32], b: Int, seq_start: Int, j: Int, Hkv: Int):
+    # Key and value rows of every kv head of token j, into L2 (contiguous when head_stride == D).
+    var kp = kv.key(b, seq_start, j, 0)
+    var vp = kv.value(b, seq_start, j, 0)
+    var span = (Hkv - 1) * kv.head_stride + D
+    for i in range(0, span, 16):  # one 64-byte line per 16 floats
+        prefetch[PrefetchOptions().for_read().medium_locality()](kp.unsafe_offset(i))
+        prefetch[PrefetchOptions().for_read().medium_locality()](vp.unsafe_offset(i))
+
+
+@always_inline
+def _write_rows[D: Int](o: Ptr[F32], o_part: Ptr[F32], ml: Ptr[F32], t0: Int, t1: Int, g: Int, G: Int, Hq: Int):
+    # o[t, g * G + h', :] = o_part[r] / denominator[r] for the tile's rows r = (t - t0) * G + h'.
+    for r in range((t1 - t0) * G):
+        var t = t0 + r // G
+        var dst = o.unsafe_offset((t * Hq + g * G + r % G) * D)
+        var inv = 1.0 / ml[unsafe_offset=2 * r + 1]
+        for d in range(D):
+            dst[unsafe_offset=d] = o_part[unsafe_offset=r * D + d] * inv
 
 
 def attention_cpu[D: Int](
@@ -303,21 +399,38 @@ def attention_cpu[D: Int](
     # Tiles: (b, g, token tile). Each gets `splits` key ranges when there are too few tiles.
     var n_tiles = 0
     var max_ctx = 0
+    var one_tile_per_head = True  # every sequence fits one token tile per kv head (decode)
+    var n_seqs = 0                # sequences with new tokens
     for b in range(B):
         var n_new = Int(offsets[unsafe_offset=b + 1]) - Int(offsets[unsafe_offset=b])
         n_tiles += ceil_div(n_new, tq) * Hkv
+        if n_new > tq:
+            one_tile_per_head = False
+        if n_new > 0:
+            n_seqs += 1
         var base = Int(cache_lens[unsafe_offset=b]) if has_cache else 0
         max_ctx = max(max_ctx, base + n_new)
     if n_tiles == 0:
         return
+    # Slot order: one task walks a key range of one sequence for all its kv heads, a window of
+    # SLOT_KEYS keys at a time, so it reads whole slots (all heads of a token, contiguous) in order
+    # instead of one head's rows 4 KB apart.
+    var slot_order = one_tile_per_head and Hkv > 1
+    var units = n_seqs if slot_order else n_tiles  # what the key splits multiply
     var splits = 1
-    if n_tiles < 2 * cpu_threads() and max_ctx >= 512:
-        splits = min(ceil_div(2 * cpu_threads(), n_tiles), ceil_div(max_ctx, 256))
+    if units < 2 * cpu_threads() and max_ctx >= 512:
+        splits = min(ceil_div(2 * cpu_threads(), units), ceil_div(max_ctx, 256))
     var tile_b = scratch[DType.int64](n_tiles * 3)  # (b, g, first token) per tile
+    var seq_b = scratch[DType.int64](2 * n_seqs)     # (b, first tile) per sequence with new tokens
     var i = 0
+    var si = 0
     for b in range(B):
         var s0 = Int(offsets[unsafe_offset=b])
         var s1 = Int(offsets[unsafe_offset=b + 1])
+        if s1 > s0:
+            seq_b[unsafe_offset=2 * si] = Int64(b)
+            seq_b[unsafe_offset=2 * si + 1] = Int64(i)
+            si += 1
         for g in range(Hkv):
             var t = s0
             while t < s1:
@@ -349,14 +462,47 @@ def attention_cpu[D: Int](
         _tile[D](q, kv, b, g, G, Hq, seq_start, ctx_start, t0, t1, split * chunk,
                  min(n_keys, (split + 1) * chunk), scale, o_part, ml, sc, kt)
         if splits == 1:
-            for r in range((t1 - t0) * G):
-                var t = t0 + r // G
-                var dst = o.unsafe_offset((t * Hq + g * G + r % G) * D)
-                var inv = 1.0 / ml[unsafe_offset=2 * r + 1]
-                for d in range(D):
-                    dst[unsafe_offset=d] = o_part[unsafe_offset=r * D + d] * inv
+            _write_rows[D](o, o_part, ml, t0, t1, g, G, Hq)
 
-    parallel_for(task, n_tiles * splits, ctx)
+    def slot_task(id: Int) {var o, var q, var kv, var offsets, var cache_lens, var has_cache, var Hq, var Hkv, var G,
+                            var scale, var splits, var seq_b, var work, var per_task}:
+        var b = Int(seq_b[unsafe_offset=2 * (id // splits)])
+        var first_tile = Int(seq_b[unsafe_offset=2 * (id // splits) + 1])
+        var split = id % splits
+        var seq_start = Int(offsets[unsafe_offset=b])
+        var t1 = Int(offsets[unsafe_offset=b + 1])
+        var ctx_start = Int(cache_lens[unsafe_offset=b]) if has_cache else 0
+        var n_keys = ctx_start + (t1 - 1 - seq_start) + 1
+        # Whole windows per split keep a window inside one page (page sizes are multiples of it).
+        var chunk = ceil_div(ceil_div(n_keys, splits), SLOT_KEYS) * SLOT_KEYS
+        var k_lo = min(n_keys, split * chunk)
+        var k_end = _key_end(seq_start, ctx_start, t1, k_lo + chunk)
+        for g in range(Hkv):
+            var mem = work.unsafe_offset(((first_tile + g) * splits + split) * per_task)
+            _tile_init[D]((t1 - seq_start) * G, mem, mem.unsafe_offset(ROWS * D))
+        var per_head = ceil_div(SLOT_KEYS, Hkv)  # slots of the window ahead each head's step prefetches
+        var j0 = k_lo
+        while j0 < k_end:
+            var j1 = min(k_end, j0 + SLOT_KEYS)
+            for g in range(Hkv):
+                var pf0 = j0 + SLOT_PF * SLOT_KEYS + g * per_head
+                for jp in range(pf0, min(pf0 + per_head, k_end)):
+                    _prefetch_slot[D](kv, b, seq_start, jp, Hkv)
+                var mem = work.unsafe_offset(((first_tile + g) * splits + split) * per_task)
+                var ml = mem.unsafe_offset(ROWS * D)
+                var sc = ml.unsafe_offset(2 * ROWS)
+                _tile_block[D, False](q, kv, b, g, G, Hq, seq_start, ctx_start, seq_start, t1, j0, j1, k_end,
+                                      scale, mem, ml, sc, sc.unsafe_offset(ROWS * BK))
+            j0 = j1
+        if splits == 1:
+            for g in range(Hkv):
+                var mem = work.unsafe_offset((first_tile + g) * per_task)
+                _write_rows[D](o, mem, mem.unsafe_offset(ROWS * D), seq_start, t1, g, G, Hq)
+
+    if slot_order:
+        parallel_for(slot_task, n_seqs * splits, ctx)
+    else:
+        parallel_for(task, n_tiles * splits, ctx)
 
     if splits > 1:
         # Merge the key splits of each tile: rescale every partial to the global max.
@@ -386,3 +532,4 @@ def attention_cpu[D: Int](
                     dst.unsafe_store(k * FW, acc[k] / l)
     work.unsafe_free()
     tile_b.unsafe_free()
+    seq_b.unsafe_free()

@@ -45,6 +45,7 @@ ATTENTION_CASES = (
     ((1, 1, 1), (127, 128, 700), 32, 8, 128),   # decode across page boundaries
     ((40, 3), (200, 129), 12, 4, 64),           # prefill with history
     ((1,), (4095,), 32, 8, 128),                # long-context decode (key splits on CPU)
+    ((6, 2), (600, 0), 12, 4, 64),              # short prefill chunks: slot order with key splits on CPU
 )
 PAGE_SIZE = 128
 
