@@ -23,11 +23,12 @@
 # (_sum8): on a Zen 3 host, 32/8 heads, 1024 keys 410 -> 340 us, 4096 keys 2486 -> 2298 us.
 # Decode runs in slot order (slot_task): when every sequence fits one token tile per kv head, a task
 # takes a key range of one sequence and walks it SLOT_KEYS keys at a time for all of its kv heads,
-# prefetching the next window's whole slots (all heads of a token are contiguous in MAX's layout).
-# Head order (one task per head) read 512-byte rows 4 KB apart, which DRAM and the hardware
-# prefetchers serve at half the rate of contiguous rows. Zen 3, in-process A/B, 32/8 heads, D = 128:
-# 4096 keys 2706-3076 -> 1956-2335 us; 1024 keys -7%; 9/3 heads 4096 keys -10 to -17%. Windows of
-# 32 keys or a prefetch distance of 2 windows measured no better.
+# so it reads whole slots (all heads of a token are contiguous in MAX's layout) in order. Head order
+# (one task per head) read 512-byte rows 4 KB apart, which DRAM and the hardware prefetchers serve at
+# half the rate of contiguous rows. Zen 3, in-process A/B, 32/8 heads, D = 128: 4096 keys 2706-3076
+# -> 1956-2335 us; 1024 keys -7%; 9/3 heads 4096 keys -10 to -17%. Windows of 32 keys measured no
+# better; software prefetch of the next window's slots neither (the hardware prefetchers follow
+# slot order), so slot order only prefetches each block's value rows into L1 (_prefetch_block_rows).
 # P @ V runs 4 query rows at a time (_pv_rows), reading each value row once per block instead of once
 # per row, and the prefetches go to L2: 4096 keys 1121-1193 -> 978-1015 us and then -5% (in-process
 # A/B of two kernel builds, same inputs, bit-identical outputs). Key and value rows are addressed by
@@ -46,8 +47,8 @@ comptime ROWS = 48        # query rows (tokens x heads of one kv group) per tile
 comptime BK = 64          # keys per score block
 comptime NEG_INF = Float32(-3.0e38)
 comptime PF_KEYS = 16     # decode: software prefetch distance in keys (see _tile)
+comptime SLOT_PFK = 4     # slot-ordered decode: key rows prefetched this many keys ahead, into L1
 comptime SLOT_KEYS = 16   # slot-ordered decode: keys per window (all kv heads of them: 128 KB at 8 x 128)
-comptime SLOT_PF = 1      # slot-ordered decode: prefetch distance in windows
 
 
 @always_inline
@@ -57,6 +58,25 @@ def _prefetch_row[D: Int](p: Ptr[F32]):
     # for 4096 keys, in-process A/B).
     comptime for i in range(0, D, 16):  # one 64-byte line per 16 floats
         prefetch[PrefetchOptions().for_read().medium_locality()](p.unsafe_offset(i))
+
+
+@always_inline
+def _prefetch_block_rows[D: Int, HEAD_PREFETCH: Bool](
+    kv: KVView[F32], b: Int, seq_start: Int, j: Int, g: Int, k_end: Int
+):
+    # While key j is scored: its value row (read by P @ V right after the block) and, walking one
+    # head (HEAD_PREFETCH), its key row PF_KEYS ahead, into L2. Slot order reads whole slots, which
+    # the hardware prefetchers bring towards L2, and fetches the value row and the key row
+    # SLOT_PFK ahead into L1. 32/8 heads, 4096 keys, Zen 3, standalone build, alternating runs:
+    # no software prefetch 1863-3285 us (P @ V waited on value rows), value rows 1537-2257 us (the
+    # scores then waited on key rows), + key rows 4 ahead 1324-1655 us (8 ahead: 1429-1758 us).
+    comptime if HEAD_PREFETCH:
+        _prefetch_row[D](kv.key(b, seq_start, min(j + PF_KEYS, k_end - 1), g))
+        _prefetch_row[D](kv.value(b, seq_start, j, g))
+    else:
+        comptime for i in range(0, D, 16):
+            prefetch[PrefetchOptions().for_read().high_locality()](kv.value(b, seq_start, j, g).unsafe_offset(i))
+            prefetch[PrefetchOptions().for_read().high_locality()](kv.key(b, seq_start, min(j + SLOT_PFK, k_end - 1), g).unsafe_offset(i))
 
 
 @always_inline
@@ -206,8 +226,7 @@ def _tile_block[D: Int, HEAD_PREFETCH: Bool](
     o_part: Ptr[F32], ml_part: Ptr[F32], scores: Ptr[F32], kt: Ptr[F32],
 ):
     # Folds keys [j0, j1) (at most BK of them, all < k_end) into the tile's online-softmax state.
-    # HEAD_PREFETCH: prefetch this head's key rows PF_KEYS ahead and the block's value rows (tasks that
-    # walk one head); slot-ordered decode prefetches whole slots itself (_prefetch_slots).
+    # HEAD_PREFETCH: the task walks one head (see _prefetch_block_rows); False in slot order.
     var rows = (t1 - t0) * G
     var n = j1 - j0
     if t1 - t0 >= 4 and n >= FW:
@@ -260,9 +279,7 @@ def _tile_block[D: Int, HEAD_PREFETCH: Bool](
             comptime for ki in range(4):
                 var j = j_tail + ki
                 kp4[ki] = kv.key(b, seq_start, j, g)
-                comptime if HEAD_PREFETCH:
-                    _prefetch_row[D](kv.key(b, seq_start, min(j + PF_KEYS, k_end - 1), g))
-                    _prefetch_row[D](kv.value(b, seq_start, j, g))
+                _prefetch_block_rows[D, HEAD_PREFETCH](kv, b, seq_start, j, g, k_end)
             var r0 = 0
             while r0 < r_grouped:
                 var qpr = Array[Ptr[F32], NQ](fill=q)
@@ -295,11 +312,8 @@ def _tile_block[D: Int, HEAD_PREFETCH: Bool](
         for j in range(j_tail, j1):
             var kp = kv.key(b, seq_start, j, g)
             # One head's rows are slot_stride apart (4 KB for 8 heads x 128 floats), a pattern the
-            # hardware prefetchers do not follow: fetch the key row PF_KEYS ahead and this key's
-            # value row (read by P @ V right after this block) explicitly.
-            comptime if HEAD_PREFETCH:
-                _prefetch_row[D](kv.key(b, seq_start, min(j + PF_KEYS, k_end - 1), g))
-                _prefetch_row[D](kv.value(b, seq_start, j, g))
+            # hardware prefetchers do not follow when a task walks one head.
+            _prefetch_block_rows[D, HEAD_PREFETCH](kv, b, seq_start, j, g, k_end)
             for r in range(rows):
                 var s = NEG_INF
                 if j <= pos_row[r]:
@@ -360,17 +374,6 @@ def _tile_block[D: Int, HEAD_PREFETCH: Bool](
         else:
             _pv_rows[D, 1](kv, b, seq_start, g, j0, n, v_first, v_run, scores, o_part, alpha_row, r0)
         r0 += nr
-
-
-@always_inline
-def _prefetch_slot[D: Int](kv: KVView[F32], b: Int, seq_start: Int, j: Int, Hkv: Int):
-    # Key and value rows of every kv head of token j, into L2 (contiguous when head_stride == D).
-    var kp = kv.key(b, seq_start, j, 0)
-    var vp = kv.value(b, seq_start, j, 0)
-    var span = (Hkv - 1) * kv.head_stride + D
-    for i in range(0, span, 16):  # one 64-byte line per 16 floats
-        prefetch[PrefetchOptions().for_read().medium_locality()](kp.unsafe_offset(i))
-        prefetch[PrefetchOptions().for_read().medium_locality()](vp.unsafe_offset(i))
 
 
 @always_inline
@@ -480,14 +483,10 @@ def attention_cpu[D: Int](
         for g in range(Hkv):
             var mem = work.unsafe_offset(((first_tile + g) * splits + split) * per_task)
             _tile_init[D]((t1 - seq_start) * G, mem, mem.unsafe_offset(ROWS * D))
-        var per_head = ceil_div(SLOT_KEYS, Hkv)  # slots of the window ahead each head's step prefetches
         var j0 = k_lo
         while j0 < k_end:
             var j1 = min(k_end, j0 + SLOT_KEYS)
             for g in range(Hkv):
-                var pf0 = j0 + SLOT_PF * SLOT_KEYS + g * per_head
-                for jp in range(pf0, min(pf0 + per_head, k_end)):
-                    _prefetch_slot[D](kv, b, seq_start, jp, Hkv)
                 var mem = work.unsafe_offset(((first_tile + g) * splits + split) * per_task)
                 var ml = mem.unsafe_offset(ROWS * D)
                 var sc = ml.unsafe_offset(2 * ROWS)
