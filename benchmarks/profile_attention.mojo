@@ -1,0 +1,57 @@
+# Standalone decode-attention driver for profiling: calls kernels/attention_cpu.mojo directly (no
+# graph, no JIT), so `perf record` / `perf annotate` see the kernel's symbols and instructions.
+# Timing only, no baseline: speed claims belong to `crucible bench kernels`.
+#
+#   .venv/bin/mojo build -I . -O3 benchmarks/profile_attention.mojo -o /tmp/profile_attention
+#   /tmp/profile_attention [Hq Hkv cached_keys iterations]       (default: 32 8 4095 1000, D = 128)
+#   perf record -o /tmp/perf.data /tmp/profile_attention && perf annotate -i /tmp/perf.data --stdio
+#
+# K/V sit in a MAX-layout paged cache [pages, 2, 1 layer, 128 slots, Hkv, 128] with a shuffled page
+# table; one sequence decodes one token over `cached_keys` + 1 keys.
+
+from max.gpu.host import DeviceContext
+from std.sys import argv
+from std.time import perf_counter_ns
+
+from kernels.attention_cpu import attention_cpu
+from kernels.common import F32, scratch
+from kernels.kv_layout import KVView
+
+
+def main() raises:
+    comptime D = 128
+    comptime PAGE = 128
+    var args = argv()
+    var hq = atol(args[1]) if len(args) > 1 else 32
+    var hkv = atol(args[2]) if len(args) > 2 else 8
+    var cached = atol(args[3]) if len(args) > 3 else 4095
+    var iters = atol(args[4]) if len(args) > 4 else 1000
+    var keys = cached + 1
+    var pages = keys // PAGE + 1
+    var page_elems = 2 * PAGE * hkv * D
+    var blocks = scratch[F32](pages * page_elems)
+    for i in range(pages * page_elems):
+        blocks[unsafe_offset=i] = Float32((i * 7919) % 1000) * 0.001
+    var lut = scratch[DType.uint32](pages)
+    for i in range(pages):
+        lut[unsafe_offset=i] = UInt32((i * 5 + 3) % pages)  # pages out of order, as a cache hands them
+    var q = scratch[F32](hq * D)
+    for i in range(hq * D):
+        q[unsafe_offset=i] = 0.01 * Float32(i % 17)
+    var o = scratch[F32](hq * D)
+    var offsets = scratch[DType.uint32](2)
+    offsets[unsafe_offset=0] = 0
+    offsets[unsafe_offset=1] = 1
+    var cache_lens = scratch[DType.uint32](1)
+    cache_lens[unsafe_offset=0] = UInt32(cached)
+    var kv = KVView[F32](blocks, blocks.unsafe_offset(PAGE * hkv * D), lut, pages, PAGE, page_elems, hkv * D, D, True)
+    var ctx = DeviceContext(api="cpu")
+    for _ in range(5):
+        attention_cpu[D](o, q, kv, offsets, cache_lens, True, 1, hq, hkv, ctx)
+    var t0 = perf_counter_ns()
+    for _ in range(iters):
+        attention_cpu[D](o, q, kv, offsets, cache_lens, True, 1, hq, hkv, ctx)
+    var us = Float64(perf_counter_ns() - t0) / Float64(iters) / 1000.0
+    var kv_bytes = Float64(2 * keys * hkv * D * 4)
+    print("decode attention, Hq", hq, "Hkv", hkv, "D", D, "keys", keys, ":", us, "us per call,",
+          kv_bytes / us / 1000.0, "GB/s of K/V")
