@@ -5,8 +5,9 @@
 #   x block b of row m:  dx = max|x| / 127,  qx = round(x / dx),  sx = dx * sum(qx)
 #   Q4_1 (q in 0..15):   sum_j w_j x_j  ~  d dx sum_j q_j qx_j + m sx
 #   Q4_0 (q - 8):        d dx sum_j q_j qx_j - 8 d sx
-#   Q8_0 (int8 q):       the bytes are read as q + 128 (xor 0x80) so they are unsigned like the
-#                        nibbles: d dx sum_j (q_j + 128) qx_j - 128 d sx
+#   Q8_0 (int8 q):       with VNNI the bytes are read as q + 128 (xor 0x80) so they are unsigned
+#                        like the nibbles: d dx sum_j (q_j + 128) qx_j - 128 d sx; with AVX2 and no
+#                        VNNI they are dotted signed: d dx sum_j q_j qx_j (SIGNED_Q8 below)
 # The integer sums are exact; the only approximation is qx (relative error <= 0.5/127 of the block's
 # max |x|), which the conformance grid bounds separately from the float path.
 #
@@ -15,12 +16,13 @@
 # per int32 lane) plus one float FMA. AVX2 without VNNI (e.g. AMD Zen 3) uses llama.cpp's pair:
 # vpmaddubsw (u8 x s8 products, adjacent pairs summed to int16, saturating) and vpmaddwd against ones
 # (int16 pairs to int32); it is exact only while a pair sum fits int16, so callers pass the largest
-# weight byte (w_max): 15 for nibbles (|sum| <= 2 * 15 * 127), while Q8_0's biased bytes (up to 255)
-# are split into w & 0x7F and the top bit. Other targets use a portable integer emulation. All paths
-# give the same integers.
+# weight byte (w_max): 15 for nibbles (|sum| <= 2 * 15 * 127); Q8_0 takes dot_i8_i8 there instead.
+# Other targets use a portable integer emulation. All paths give the same integers.
 
 from std.sys import llvm_intrinsic
 from std.sys.info import CompilationTarget
+
+from std.memory import bitcast
 
 from .common import BytePtr, F32, Ptr
 
@@ -45,12 +47,32 @@ def dot_u8_i8[w_max: Int = 255](
     comptime if CompilationTarget.has_vnni():
         return llvm_intrinsic["llvm.x86.avx512.vpdpbusd.256", SIMD[DType.int32, 8]](acc, w, x)
     elif CompilationTarget.has_avx2():
-        comptime if w_max <= 127:
-            return acc + _pairs_u8_i8(w, x)
-        else:
-            # w = 128 * top + low: the top bit's products are 128 * (sum of x where it is set).
-            var top = _pairs_u8_i8((w >> 7) & 1, x)
-            return acc + _pairs_u8_i8(w & 0x7F, x) + (top << 7)
+        # Larger bytes would saturate vpmaddubsw's int16 pair sums; Q8_0 goes through dot_i8_i8.
+        comptime assert w_max <= 127, "dot_u8_i8 on AVX2 without VNNI needs w_max <= 127"
+        return acc + _pairs_u8_i8(w, x)
+    else:
+        var p = w.cast[DType.int32]() * x.cast[DType.int32]()
+        var out = acc
+        comptime for i in range(8):
+            out[i] += p[4 * i] + p[4 * i + 1] + p[4 * i + 2] + p[4 * i + 3]
+        return out
+
+
+# Q8_0 weights are signed bytes. With VNNI they are biased to unsigned (q + 128, vpdpbusd takes u8 x s8);
+# with AVX2 and no VNNI they are dotted as they are, llama.cpp's sign trick: vpmaddubsw(|q|, x * sign(q))
+# (vpabsb, vpsignb). Its pair sums are at most 2 * 128 * 127 < 2^15, so one vpmaddubsw + vpmaddwd per
+# 32 bytes is exact, where biased bytes (up to 255) take two (dot_u8_i8's top-bit split) and a
+# -128 d sx float term per block.
+comptime SIGNED_Q8 = CompilationTarget.has_avx2() and not CompilationTarget.has_vnni()
+
+
+@always_inline
+def dot_i8_i8(acc: SIMD[DType.int32, 8], w: SIMD[DType.int8, 32], x: SIMD[DType.int8, 32]) -> SIMD[DType.int32, 8]:
+    """acc[i] + sum_{j < 4} w[4i + j] * x[4i + j] for signed w (any int8) and x in [-127, 127]."""
+    comptime if CompilationTarget.has_avx2():
+        var aw = bitcast[DType.uint8, 32](abs(w))  # |-128| wraps to the byte 128, its unsigned value
+        var sx = llvm_intrinsic["llvm.x86.avx2.psign.b", SIMD[DType.int8, 32]](x, w)
+        return acc + _pairs_u8_i8(aw, sx)
     else:
         var p = w.cast[DType.int32]() * x.cast[DType.int32]()
         var out = acc
@@ -79,14 +101,22 @@ def quantize_rows_q8(x: Ptr[F32], rows: Int, K: Int, qx: I8Ptr, dx: Ptr[F32], sx
 # block b+1 values 0..15] and high nibbles [b 16..31, b+1 16..31]; x is stored once per call in that
 # order, so the 64 weight bytes need no shuffle:
 #   qx2[64 p ..]: x_b[0:16], x_b1[0:16], x_b[16:32], x_b1[16:32]      (int8)
-#   dx2[16 p ..]: the int32 lanes' x scales: dx_b x4, dx_b1 x4, dx_b x4, dx_b1 x4
-#   sx2[4 p ..]:  Q4_1: 0, sx_b, 0, sx_b1 (times the headers d_b, m_b, d_b1, m_b1)
-#   cx2[16 p ..]: Q4_0: the int32 lanes' -8 * (sum of their 4 qx2 bytes), the start value of the
+#   xs2[4 p ..]:  Q4_1: dx_b, sx_b, dx_b1, sx_b1, times the headers d_b, m_b, d_b1, m_b1 as read
+#                 (Q4_0 multiplies its d_b by dx directly)
+#   cx2[L p ..]:  Q4_0: the int32 lanes' -8 * (sum of their qx2 bytes), the start value of the
 #                 dot product: its -8 offset is then exact integer math inside the same instruction,
 #                 with no float term per pair
-# Against one block per 256-bit instruction this measured 0.78 -> 0.62-0.71 ns per block (one core,
-# cache-resident and streaming from DRAM).
+# L = PAIR_LANES, the int32 lanes a pair's dot product ends in:
+#   16 with AVX-512 VNNI: one vpdpbusd over all 64 bytes (4 bytes per lane). Against one block per
+#      256-bit instruction this measured 0.78 -> 0.62-0.71 ns per block (one core, cache-resident and
+#      streaming from DRAM).
+#   8 elsewhere (dot_u8_i8_x2_fold): lane i adds the 4 bytes of lane i and of lane i + 8, which belong
+#      to the same block, so one conversion, one scale multiply and one FMA serve the pair. With AVX2
+#      (no VNNI) the two vpmaddubsw halves are added as int16 before one vpmaddwd (exact: 4 products of
+#      at most 15 * 127 fit int16). AMD Zen 3, one core, cache-resident, 16 -> 8 lanes: see
+#      qmatmul_cpu.mojo's header.
 comptime PAIR = 64
+comptime PAIR_LANES = 16 if CompilationTarget.has_vnni() and CompilationTarget.has_avx512f() else 8
 
 
 @always_inline
@@ -102,29 +132,46 @@ def dot_u8_i8_x2[w_max: Int = 255](
         return lo.join(hi)
 
 
+@always_inline
+def dot_u8_i8_x2_fold[w_max: Int = 255](
+    acc: SIMD[DType.int32, 8], w: SIMD[DType.uint8, 64], x: SIMD[DType.int8, 64]
+) -> SIMD[DType.int32, 8]:
+    """acc[i] + sum_{j < 4} (w[4i + j] x[4i + j] + w[32 + 4i + j] x[32 + 4i + j]): dot_u8_i8_x2 with
+    lane i + 8 folded onto lane i."""
+    var w_lo = w.slice[32, offset=0]()
+    var w_hi = w.slice[32, offset=32]()
+    var x_lo = x.slice[32, offset=0]()
+    var x_hi = x.slice[32, offset=32]()
+    comptime if CompilationTarget.has_avx2() and not CompilationTarget.has_vnni() and w_max * 127 * 4 <= 32767:
+        var p16 = llvm_intrinsic["llvm.x86.avx2.pmadd.ub.sw", SIMD[DType.int16, 16]](w_lo, x_lo) + llvm_intrinsic[
+            "llvm.x86.avx2.pmadd.ub.sw", SIMD[DType.int16, 16]](w_hi, x_hi)
+        return acc + llvm_intrinsic["llvm.x86.avx2.pmadd.wd", SIMD[DType.int32, 8]](p16, SIMD[DType.int16, 16](1))
+    else:
+        return dot_u8_i8[w_max](dot_u8_i8[w_max](acc, w_lo, x_lo), w_hi, x_hi)
+
+
 def pair_layout_q8[qtype: StaticString](
-    qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], nb: Int, qx2: I8Ptr, dx2: Ptr[F32], sx2: Ptr[F32],
-    cx2: Ptr[DType.int32],
+    qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], nb: Int, qx2: I8Ptr, xs2: Ptr[F32], cx2: Ptr[DType.int32]
 ):
     """One quantized x row (quantize_rows_q8) -> the block-pair layout above, for nb // 2 pairs
-    (sx2 is written for Q4_1, cx2 for Q4_0)."""
+    (xs2 is written for Q4_1, cx2 for Q4_0)."""
     for p in range(nb // 2):
         var b = 2 * p
         var xa = qx.unsafe_offset(b * 32).unsafe_load[width=32](0)
         var xb = qx.unsafe_offset(b * 32 + 32).unsafe_load[width=32](0)
         qx2.unsafe_offset(p * PAIR).unsafe_store(0, xa.slice[16, offset=0]().join(xb.slice[16, offset=0]()))
         qx2.unsafe_offset(p * PAIR + 32).unsafe_store(0, xa.slice[16, offset=16]().join(xb.slice[16, offset=16]()))
-        var da = SIMD[F32, 4](dx[unsafe_offset=b])
-        var db = SIMD[F32, 4](dx[unsafe_offset=b + 1])
-        var half = da.join(db)
-        dx2.unsafe_store(p * 16, half.join(half))
         comptime if qtype == "q4_1":
-            sx2.unsafe_store(p * 4, SIMD[F32, 4](0, sx[unsafe_offset=b], 0, sx[unsafe_offset=b + 1]))
+            xs2.unsafe_store(p * 4, SIMD[F32, 4](dx[unsafe_offset=b], sx[unsafe_offset=b],
+                                                 dx[unsafe_offset=b + 1], sx[unsafe_offset=b + 1]))
         else:
             # Each int32 lane's sum of its 4 x bytes: the same dot product against weight bytes of 1.
             var sums = dot_u8_i8_x2[1](SIMD[DType.int32, 16](0), SIMD[DType.uint8, PAIR](1),
                                     qx2.unsafe_offset(p * PAIR).unsafe_load[width=PAIR](0))
-            cx2.unsafe_store(p * 16, sums * -8)
+            comptime if PAIR_LANES == 16:
+                cx2.unsafe_store(p * 16, sums * -8)
+            else:
+                cx2.unsafe_store(p * 8, (sums.slice[8, offset=0]() + sums.slice[8, offset=8]()) * -8)
 
 
 def row_pair_layout_q8(

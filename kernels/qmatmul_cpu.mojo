@@ -19,6 +19,14 @@
 #          per 512-bit dot product (row pairs, see _qgemv_row_q8_mpairs). Without VNNI (AVX2, e.g. AMD
 #          Zen 3) the dot products are vpmaddubsw pairs (qdot_int8.mojo) instead of a scalar emulation:
 #          Q4_1 4096 x 4096 at 2 rows 6.84 -> 1.00 ms, at 8 rows 21.95 -> 4.10 ms (2.41 with row pairs).
+#          Without 512-bit VNNI a pair's two 256-bit halves are folded onto one 8-lane result
+#          (qdot_int8.dot_u8_i8_x2_fold), and two pairs share one header conversion and one scale
+#          multiply (_pair_group). Zen 3, benchmarks/profile_qmatmul.mojo, 8 alternating runs each,
+#          medians: one core cache-resident ~1.5-1.65 -> ~1.3 ns per block; whole op from DRAM on both
+#          cores Q4_0 15.7 -> 17.3 GB/s, Q4_1 16.3 -> 17.8 GB/s (the host read ~20 GB/s at the time).
+#          Q8_0 there takes its signed bytes as they are (qdot_int8.SIGNED_Q8): 1536 x 576 (one op,
+#          both cores, standalone, medians of 6 alternating runs) M = 1 60 -> 50 us, M = 8 185 -> 144
+#          us; SmolLM2's 49152 x 576 lm_head from DRAM ~1.8 ms either way (memory-bound, noisy).
 #   gemm   M > 32 (prefill). The fp32 GEMM of matmul_cpu.mojo with a packing step that decodes blocks
 #          into the KC x NR micro-panel; the float weights never exist beyond that panel.
 # Why 32: decode steps of SmolLM2 measured 17 ms at 8 sequences but 54 ms at 9 through the GEMM
@@ -38,7 +46,10 @@ comptime QGEMV_MAX_M = 32
 from .quant import HALF, QBLOCK, block_bytes, block_scales, decode_block, dot_block, nibble_values
 from std.memory import bitcast
 
-from .qdot_int8 import PAIR, I8Ptr, dot_u8_i8, dot_u8_i8_x2, pair_layout_q8, quantize_rows_q8, row_pair_layout_q8
+from .qdot_int8 import (
+    PAIR, PAIR_LANES, SIGNED_Q8, I8Ptr, dot_i8_i8, dot_u8_i8, dot_u8_i8_x2, dot_u8_i8_x2_fold, pair_layout_q8,
+    quantize_rows_q8, row_pair_layout_q8,
+)
 
 
 # Software prefetch distance along a weight row stream. 4 KB rather than 1 KB: at ~20-30 GB/s per core a
@@ -50,7 +61,6 @@ from .qdot_int8 import PAIR, I8Ptr, dot_u8_i8, dot_u8_i8_x2, pair_layout_q8, qua
 # batch-1 decode step, alternating processes, 4 rounds: 5.74 / 5.85 / 4.89 / 5.22 -> 4.90 / 5.45 /
 # 5.39 / 4.63 ms (host noise is large; 3 of 4 rounds faster).
 comptime PREFETCH_BYTES = 4096
-comptime PAIR_U = 2
 
 
 def w_max_of[qtype: StaticString]() -> Int:
@@ -66,8 +76,11 @@ def _prefetch_ahead(p: BytePtr):
 
 @always_inline
 def _int8_weights[qtype: StaticString](blk: BytePtr) -> SIMD[DType.uint8, 32]:
-    """A block's 32 weights as the unsigned bytes dot_u8_i8 takes: nibbles, or Q8_0's bytes + 128."""
+    """A block's 32 weights as _wdot takes them: nibbles, Q8_0's bytes + 128, or with SIGNED_Q8 Q8_0's
+    bytes as they are."""
     comptime if qtype == "q8_0":
+        comptime if SIGNED_Q8:
+            return blk.unsafe_offset(2).unsafe_load[width=32](0)
         return blk.unsafe_offset(2).unsafe_load[width=32](0) ^ 0x80
     else:
         comptime head = 4 if qtype == "q4_1" else 2
@@ -76,14 +89,37 @@ def _int8_weights[qtype: StaticString](blk: BytePtr) -> SIMD[DType.uint8, 32]:
 
 
 @always_inline
+def _wdot[qtype: StaticString](acc: SIMD[DType.int32, 8], w: SIMD[DType.uint8, 32], x: SIMD[DType.int8, 32]) -> SIMD[DType.int32, 8]:
+    """acc + the int32 lane sums of a block's weights (_int8_weights) times x bytes."""
+    comptime if qtype == "q8_0" and SIGNED_Q8:
+        return dot_i8_i8(acc, bitcast[DType.int8, 32](w), x)
+    else:
+        return dot_u8_i8[w_max_of[qtype]()](acc, w, x)
+
+
+@always_inline
+def _wdot_x2[qtype: StaticString](acc: SIMD[DType.int32, 16], w: SIMD[DType.uint8, 64], x: SIMD[DType.int8, 64]) -> SIMD[DType.int32, 16]:
+    """_wdot over two blocks' worth of bytes (64 weights, 64 x bytes)."""
+    comptime if qtype == "q8_0" and SIGNED_Q8:
+        var lo = _wdot[qtype](acc.slice[8, offset=0](), w.slice[32, offset=0](), x.slice[32, offset=0]())
+        var hi = _wdot[qtype](acc.slice[8, offset=8](), w.slice[32, offset=32](), x.slice[32, offset=32]())
+        return lo.join(hi)
+    else:
+        return dot_u8_i8_x2[w_max_of[qtype]()](acc, w, x)
+
+
+@always_inline
 def _int8_scales[qtype: StaticString](blk: BytePtr) -> SIMD[F32, 2]:
     """(d, coef) of a block for the int8 path: value = d * wbyte + coef, so a block's dot product is
-    d * dx * dot(wbytes, qx) + coef * sx. coef: Q4_1's m, Q4_0's -8d, Q8_0's -128d (the +128 bias)."""
+    d * dx * dot(wbytes, qx) + coef * sx. coef: Q4_1's m, Q4_0's -8d, Q8_0's -128d (the +128 bias) or
+    0 (SIGNED_Q8)."""
     var dm = block_scales(blk)  # (d, m) for Q4_1
     comptime if qtype == "q4_1":
         return dm
     elif qtype == "q4_0":
         return SIMD[F32, 2](dm[0], -8.0 * dm[0])
+    elif SIGNED_Q8:
+        return SIMD[F32, 2](dm[0], 0.0)
     else:
         return SIMD[F32, 2](dm[0], -128.0 * dm[0])
 
@@ -177,7 +213,7 @@ def _qgemv_rows_q8[MROWS: Int, R: Int, qtype: StaticString](
                     comptime for m in range(MROWS):
                         comptime i = (u * MROWS + m) * R + r
                         var xb = qx.unsafe_offset(m * K + b * QBLOCK).unsafe_load[width=32](0)
-                        var dp = dot_u8_i8[w_max_of[qtype]()](SIMD[DType.int32, 8](0), wq, xb)
+                        var dp = _wdot[qtype](SIMD[DType.int32, 8](0), wq, xb)
                         acc[i] = dp.cast[F32]().fma(SIMD[F32, 8](d * dx[unsafe_offset=m * nb + b]), acc[i])
                         offset[i] += coef * sx[unsafe_offset=m * nb + b]
         b0 += U
@@ -213,7 +249,7 @@ def _qgemv_row_q8_mpairs[MROWS: Int, qtype: StaticString](
         var coef = dc[1]
         comptime for j in range(MP):
             var xq = qxp.unsafe_offset((b * MP + j) * PAIR).unsafe_load[width=PAIR](0)
-            var dp = dot_u8_i8_x2[w_max_of[qtype]()](SIMD[DType.int32, 16](0), w2, xq)
+            var dp = _wdot_x2[qtype](SIMD[DType.int32, 16](0), w2, xq)
             acc[j] = dp.cast[F32]().fma(dxp.unsafe_load[width=16]((b * MP + j) * 16) * d, acc[j])
         off = sxp.unsafe_load[width=8](b * 8).fma(SIMD[F32, 8](coef), off)
     comptime for j in range(MP):
@@ -223,54 +259,97 @@ def _qgemv_row_q8_mpairs[MROWS: Int, qtype: StaticString](
 
 
 @always_inline
-def _qgemv_row_q8_pairs[qtype: StaticString, U: Int](
-    qx2: I8Ptr, dx2: Ptr[F32], sx2: Ptr[F32], cx2: Ptr[DType.int32], qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32],
-    w: BytePtr, row_bytes: Int, y: Ptr[F32], n: Int, K: Int,
+def _pair_scale[L: Int, a: Int, b: Int, W: Int](v: SIMD[F32, W]) -> SIMD[F32, L]:
+    """[v[a] x4, v[b] x4], repeated to L lanes: the scale of each int32 lane of a pair's dot product."""
+    var s8 = SIMD[F32, 4](v[a]).join(SIMD[F32, 4](v[b]))
+    comptime if L == 16:
+        return rebind[SIMD[F32, L]](s8.join(s8))
+    else:
+        return rebind[SIMD[F32, L]](s8)
+
+
+@always_inline
+def _pair_group[qtype: StaticString, NP: Int](
+    blk: BytePtr, xq: I8Ptr, xs: Ptr[F32], dx: Ptr[F32], cx: Ptr[DType.int32],
+    mut acc: Array[SIMD[F32, PAIR_LANES], NP], mut off: SIMD[F32, 4 * NP],
 ):
-    # y[n] = x . dequant(W[n, :]) for one x row (Q4_0/Q4_1, act = "q8"), two blocks per dot-product
-    # instruction (qdot_int8.mojo, block pairs); an odd last block takes the one-block path. Q4_0's
-    # -8 offset starts each dot product (cx2), Q4_1's m_b * sx_b is a float term per pair.
+    # NP (1 or 2) consecutive block pairs of one weight row from `blk` on; xq, xs, cx point at the first
+    # pair's x data and dx at its first block's scale (qdot_int8.mojo, block pairs). All 2 NP headers are
+    # converted by one instruction and multiplied by x's scales in one more, so a pair's float work is
+    # its lane scales (a broadcast of two values), one conversion and one FMA.
     comptime bb = block_bytes[qtype]()
     comptime head = 4 if qtype == "q4_1" else 2
+    comptime L = PAIR_LANES
+    comptime q4_1 = qtype == "q4_1"
+    comptime per_block = 2 if q4_1 else 1  # lanes per block in prod
+    _prefetch_ahead(blk)
+    comptime if NP * 2 * bb > 64:
+        _prefetch_ahead(blk.unsafe_offset(64))
+    # prod: Q4_1 (d dx, m sx) per block; Q4_0 d dx per block.
+    var prod: SIMD[F32, 2 * NP * per_block]
+    comptime if q4_1:
+        var h = SIMD[DType.uint32, 2 * NP](0)
+        comptime for j in range(2 * NP):
+            h[j] = blk.unsafe_offset(j * bb).bitcast[UInt32]()[unsafe_offset=0]
+        var p4 = bitcast[DType.float16, 4 * NP](h).cast[F32]() * xs.unsafe_load[width=4 * NP](0)
+        off += p4
+        prod = rebind[SIMD[F32, 2 * NP * per_block]](p4)
+    else:
+        var h = SIMD[DType.uint16, 2 * NP](0)
+        comptime for j in range(2 * NP):
+            h[j] = blk.unsafe_offset(j * bb).bitcast[UInt16]()[unsafe_offset=0]
+        prod = rebind[SIMD[F32, 2 * NP * per_block]](
+            bitcast[DType.float16, 2 * NP](h).cast[F32]() * dx.unsafe_load[width=2 * NP](0))
+    comptime for u in range(NP):
+        var q = blk.unsafe_offset(2 * u * bb + head).unsafe_load[width=16](0).join(
+            blk.unsafe_offset((2 * u + 1) * bb + head).unsafe_load[width=16](0))
+        var wq = (q & 0xF).join(q >> 4)
+        var xv = xq.unsafe_offset(u * PAIR).unsafe_load[width=PAIR](0)
+        var start = SIMD[DType.int32, L](0)
+        comptime if not q4_1:
+            start = cx.unsafe_load[width=L](u * L)
+        var dp: SIMD[DType.int32, L]
+        comptime if L == 16:
+            dp = rebind[SIMD[DType.int32, L]](dot_u8_i8_x2[15](rebind[SIMD[DType.int32, 16]](start), wq, xv))
+        else:
+            dp = rebind[SIMD[DType.int32, L]](dot_u8_i8_x2_fold[15](rebind[SIMD[DType.int32, 8]](start), wq, xv))
+        var scale = _pair_scale[L, 2 * u * per_block, (2 * u + 1) * per_block](prod)
+        acc[u] = dp.cast[F32]().fma(scale, acc[u])
+
+
+@always_inline
+def _qgemv_row_q8_pairs[qtype: StaticString](
+    qx2: I8Ptr, xs2: Ptr[F32], cx2: Ptr[DType.int32], qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32],
+    w: BytePtr, row_bytes: Int, y: Ptr[F32], n: Int, K: Int,
+):
+    # y[n] = x . dequant(W[n, :]) for one x row (Q4_0/Q4_1, act = "q8"), two blocks per dot product
+    # (qdot_int8.mojo, block pairs), two pairs per step (_pair_group); an odd last pair and an odd
+    # last block take the short paths. Q4_0's -8 offset starts each dot product (cx2), Q4_1's
+    # m_b * sx_b is a float term per block (off's odd lanes).
+    comptime bb = block_bytes[qtype]()
+    comptime head = 4 if qtype == "q4_1" else 2
+    comptime L = PAIR_LANES
     var nb = K // QBLOCK
     var np = nb // 2
     var row = w.unsafe_offset(n * row_bytes)
-    var acc = Array[SIMD[F32, 16], U](fill=SIMD[F32, 16](0))
-    var off = SIMD[F32, 4](0)
-    var p0 = 0
-    while p0 < np:
-        comptime for u in range(U):
-            var p = p0 + u
-            if p < np:
-                var blk = row.unsafe_offset(2 * p * bb)
-                _prefetch_ahead(blk)
-                var q = blk.unsafe_offset(head).unsafe_load[width=16](0).join(
-                    blk.unsafe_offset(bb + head).unsafe_load[width=16](0))
-                var wq = (q & 0xF).join(q >> 4)
-                var xq = qx2.unsafe_offset(p * PAIR).unsafe_load[width=PAIR](0)
-                # Headers of both blocks as floats: Q4_1 (d0, m0, d1, m1), Q4_0 (d0, d1, d0, d1).
-                var hdr: SIMD[F32, 4]
-                var dp: SIMD[DType.int32, 16]
-                comptime if qtype == "q4_1":
-                    var h = SIMD[DType.uint32, 2](blk.bitcast[UInt32]()[unsafe_offset=0],
-                                                  blk.unsafe_offset(bb).bitcast[UInt32]()[unsafe_offset=0])
-                    hdr = bitcast[DType.float16, 4](h).cast[F32]()
-                    dp = dot_u8_i8_x2[15](SIMD[DType.int32, 16](0), wq, xq)
-                    off = hdr.fma(sx2.unsafe_load[width=4](p * 4), off)
-                else:
-                    var h = SIMD[DType.uint16, 2](blk.bitcast[UInt16]()[unsafe_offset=0],
-                                                  blk.unsafe_offset(bb).bitcast[UInt16]()[unsafe_offset=0])
-                    var d2 = bitcast[DType.float16, 2](h).cast[F32]()
-                    hdr = d2.join(d2)
-                    dp = dot_u8_i8_x2[15](cx2.unsafe_load[width=16](p * 16), wq, xq)
-                comptime d1 = 2 if qtype == "q4_1" else 1  # lane of d_b1 in hdr
-                var h16 = hdr.join(hdr).join(hdr.join(hdr))
-                var scale = h16.shuffle[0, 0, 0, 0, d1, d1, d1, d1, 0, 0, 0, 0, d1, d1, d1, d1]()
-                acc[u] = dp.cast[F32]().fma(scale * dx2.unsafe_load[width=16](p * 16), acc[u])
-        p0 += U
-    var total = off.reduce_add()
-    comptime for u in range(U):
-        total += acc[u].reduce_add()
+    var acc = Array[SIMD[F32, L], 2](fill=SIMD[F32, L](0))
+    var off = SIMD[F32, 8](0)
+    var p = 0
+    while p + 2 <= np:
+        _pair_group[qtype, 2](row.unsafe_offset(2 * p * bb), qx2.unsafe_offset(p * PAIR), xs2 + 4 * p,
+                              dx + 2 * p, cx2 + p * L, acc, off)
+        p += 2
+    var total = acc[0].reduce_add() + acc[1].reduce_add()
+    comptime if qtype == "q4_1":
+        total += off[1] + off[3] + off[5] + off[7]
+    if p < np:
+        var acc1 = Array[SIMD[F32, L], 1](fill=SIMD[F32, L](0))
+        var off1 = SIMD[F32, 4](0)
+        _pair_group[qtype, 1](row.unsafe_offset(2 * p * bb), qx2.unsafe_offset(p * PAIR), xs2 + 4 * p,
+                              dx + 2 * p, cx2 + p * L, acc1, off1)
+        total += acc1[0].reduce_add()
+        comptime if qtype == "q4_1":
+            total += off1[1] + off1[3]
     if nb % 2 == 1:
         var b = nb - 1
         var blk = row.unsafe_offset(b * bb)
@@ -303,9 +382,8 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
     # Batch-1 Q4 rows with int8 x: block pairs (qdot_int8.mojo), x rearranged once per call.
     comptime pairs = int8_act and MROWS == 1 and (qtype == "q4_0" or qtype == "q4_1")
     var qx2 = rebind[I8Ptr](scratch[DType.int8](K if pairs else 1))
-    var dx2 = scratch[F32]((nb // 2) * 16 if pairs else 1)
-    var sx2 = scratch[F32]((nb // 2) * 4 if pairs and qtype == "q4_1" else 1)
-    var cx2 = scratch[DType.int32]((nb // 2) * 16 if pairs and qtype == "q4_0" else 1)
+    var xs2 = scratch[F32]((nb // 2) * 4 if pairs and qtype == "q4_1" else 1)
+    var cx2 = scratch[DType.int32]((nb // 2) * PAIR_LANES if pairs and qtype == "q4_0" else 1)
     # Batched int8 x, 3 to 8 rows: two x rows per dot product (row_pair_layout_q8). AMD Zen 3 (AVX2),
     # 4096 x 4096, 8 rows: Q4_1 4.10 -> 2.41 ms, Q8_0 5.26 -> 3.63 ms; at 2 rows the one-row form with
     # two accumulator sets was as fast (Q4_1 1.00 vs 0.96 ms) or faster (Q8_0 1.52 vs 1.68 ms).
@@ -317,14 +395,14 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
     comptime if int8_act:
         quantize_rows_q8(x, MROWS, K, qx, dx, sx)
         comptime if pairs:
-            pair_layout_q8[qtype](qx, dx, sx, nb, qx2, dx2, sx2, cx2)
+            pair_layout_q8[qtype](qx, dx, sx, nb, qx2, xs2, cx2)
         comptime if mpairs:
             row_pair_layout_q8(qx, dx, sx, MROWS, nb, qxp, dxp, sxp)
     else:
         for b in range(nb):
             xsum[unsafe_offset=b] = (x.unsafe_load[width=HALF](b * QBLOCK) + x.unsafe_load[width=HALF](b * QBLOCK + HALF)).reduce_add()
 
-    def task(t: Int) {var y, var x, var xsum, var qx, var dx, var sx, var qx2, var dx2, var sx2, var cx2, var qxp,
+    def task(t: Int) {var y, var x, var xsum, var qx, var dx, var sx, var qx2, var xs2, var cx2, var qxp,
                       var dxp, var sxp, var w, var row_bytes, var N, var K, var per}:
         var n = t * per
         var end = min(N, n + per)
@@ -335,7 +413,7 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
             return
         comptime if pairs:
             while n < end:
-                _qgemv_row_q8_pairs[qtype, PAIR_U](qx2, dx2, sx2, cx2, qx, dx, sx, w, row_bytes, y, n, K)
+                _qgemv_row_q8_pairs[qtype](qx2, xs2, cx2, qx, dx, sx, w, row_bytes, y, n, K)
                 n += 1
             return
         while n + R <= end:
@@ -360,8 +438,7 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
     dx.unsafe_free()
     sx.unsafe_free()
     qx2.unsafe_free()
-    dx2.unsafe_free()
-    sx2.unsafe_free()
+    xs2.unsafe_free()
     cx2.unsafe_free()
     qxp.unsafe_free()
     dxp.unsafe_free()

@@ -35,8 +35,10 @@ MATMUL_M = (1, 2, 7, 8, 64, 300)
 MATMUL_KN = ((576, 1536), (1536, 576), (577, 33), (100, 1537), (16, 5))
 MATMUL_BIG = ((1, 4096, 4096), (8, 4096, 4096), (64, 4096, 4096))
 QTYPES = ("q4_0", "q4_1", "q8_0", "f16")
-# K = 160 is an odd number of blocks (5): the batch-1 int8 path handles blocks in pairs plus a tail.
-QMATMUL_KN = ((576, 1536), (1536, 576), (64, 33), (160, 7), (4096, 96))
+# The batch-1 int8 path takes blocks in pairs, two pairs per step, then a lone pair and a lone block:
+# K = 64 is one lone pair, 96 (3 blocks) a lone pair and a lone block, 160 (5) one step and a lone
+# block, 576 (18) steps and a lone pair.
+QMATMUL_KN = ((576, 1536), (1536, 576), (64, 33), (96, 40), (160, 7), (4096, 96))
 # (sequence lengths of new tokens, cached tokens per sequence, Hq, Hkv, D); page size 128.
 ATTENTION_CASES = (
     ((1,), (0,), 8, 8, 64),
@@ -135,6 +137,11 @@ def check_qmatmul(h: Harness, qtype: str) -> list[CaseResult]:
     for m, k, n in shapes:
         x = rng.standard_normal((m, k)).astype(np.float32)
         wq = R.quantize(rng.standard_normal((n, k)).astype(np.float32), qtype)
+        if qtype == "q8_0":
+            # The format allows the byte -128, which the reference quantizer never writes (|q| <= 127);
+            # the AVX2 int8 path's sign trick must take it (qdot_int8.dot_i8_i8). One per 7 blocks.
+            blocks = wq.reshape(-1, 34)
+            blocks[::7, 2 + 5] = 0x80
         wd = R.dequantize(wq, qtype, n, k)
         ref = x.astype(np.float64) @ wd.T
         ys = h.run(model, [x, wq])

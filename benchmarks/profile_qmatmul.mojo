@@ -1,0 +1,112 @@
+# Standalone batch-1 int8-activation qmatmul driver for profiling (kernels/qmatmul_cpu.mojo, act = "q8",
+# M = 1, Q4_0 and Q4_1): no graph, no JIT, so `perf annotate` sees the row kernel's instructions.
+# Timing only, no baseline: speed claims belong to `crucible bench kernels`.
+#
+#   .venv/bin/mojo build -I . -O3 benchmarks/profile_qmatmul.mojo -o /tmp/profile_qmatmul
+#   /tmp/profile_qmatmul [N K reps]                     (default: 128 4096 100)
+#   perf record -o /tmp/perf.data /tmp/profile_qmatmul && perf annotate -i /tmp/perf.data --stdio
+#
+# Two numbers per block format:
+#   row kernel, one core: _qgemv_row_q8_pairs over N rows of K, the weights cache-resident (N x K small
+#     enough for L2), best of `reps` timings of 20 passes: the compute cost per 32-value block.
+#   whole op: qmatmul_cpu on both cores over distinct weight copies totalling >= 64 MB, so the weights
+#     stream from DRAM as in a model's decode step, with its parallel hand-off.
+# Weights are synthetic bytes with valid half-precision headers; the printed checksum only keeps the
+# compiler from dropping the work (the conformance grid checks results).
+
+from max.gpu.host import DeviceContext
+from std.sys import argv
+from std.time import perf_counter_ns
+
+from kernels.common import BytePtr, F32, scratch
+from kernels.qdot_int8 import I8Ptr, pair_layout_q8, quantize_rows_q8
+from kernels.qmatmul_cpu import _qgemv_row_q8_pairs, qmatmul_cpu
+from kernels.quant import QBLOCK, block_bytes
+
+
+def _weights[qtype: StaticString](rows: Int, K: Int) -> BytePtr:
+    # rows x K weights as GGUF blocks: pseudo-random nibbles, headers d = 2^-15 (0x0200), Q4_1 m = -2^-15.
+    comptime bb = block_bytes[qtype]()
+    var nblocks = rows * (K // QBLOCK)
+    var w = rebind[BytePtr](scratch[DType.uint8](nblocks * bb))
+    for i in range(nblocks * bb):
+        w[unsafe_offset=i] = UInt8((i * 7919 + 13) % 251)
+    for b in range(nblocks):
+        var p = w.unsafe_offset(b * bb)
+        p[unsafe_offset=0] = 0x00
+        p[unsafe_offset=1] = 0x02
+        comptime if qtype == "q4_1":
+            p[unsafe_offset=2] = 0x00
+            p[unsafe_offset=3] = 0x82
+    return w
+
+
+def profile[qtype: StaticString](N: Int, K: Int, reps: Int, ctx: DeviceContext) raises:
+    comptime bb = block_bytes[qtype]()
+    var nb = K // QBLOCK
+    var row_bytes = nb * bb
+    var x = scratch[F32](K)
+    for i in range(K):
+        x[unsafe_offset=i] = Float32((i * 37) % 101) * 0.01 - 0.5
+    var y = scratch[F32](N)
+    # x in the block-pair layout, as _qgemv_m prepares it once per call.
+    var qx = rebind[I8Ptr](scratch[DType.int8](K))
+    var dx = scratch[F32](nb)
+    var sx = scratch[F32](nb)
+    var qx2 = rebind[I8Ptr](scratch[DType.int8](K))
+    var xs2 = scratch[F32](2 * nb)
+    var cx2 = scratch[DType.int32](8 * nb)
+    quantize_rows_q8(x, 1, K, qx, dx, sx)
+    pair_layout_q8[qtype](qx, dx, sx, nb, qx2, xs2, cx2)
+
+    var w = _weights[qtype](N, K)
+    var best = Float64(1e30)
+    for _ in range(reps):
+        var t0 = perf_counter_ns()
+        for _ in range(20):
+            for n in range(N):
+                _qgemv_row_q8_pairs[qtype](qx2, xs2, cx2, qx, dx, sx, w, row_bytes, y, n, K)
+        best = min(best, Float64(perf_counter_ns() - t0) / 20.0)
+    var check = y[unsafe_offset=0]
+    print(qtype, "row kernel, one core, cache-resident, N", N, "K", K, ":", best / Float64(N * nb), "ns per block,",
+          Float64(N * row_bytes) / best, "GB/s of weights")
+
+    # Whole op from DRAM: copies of a 4096 x K matrix totalling >= 64 MB.
+    comptime OP_N = 4096
+    var op_bytes = OP_N * row_bytes
+    var copies = max(2, ((64 << 20) + op_bytes - 1) // op_bytes)
+    var ws = _weights[qtype](OP_N * copies, K)
+    var yo = scratch[F32](OP_N)
+    for c in range(copies):
+        qmatmul_cpu[qtype, "q8"](yo, x, ws.unsafe_offset(c * op_bytes), 1, OP_N, K, ctx)
+    var passes = max(1, reps // 10)
+    var t0 = perf_counter_ns()
+    for _ in range(passes):
+        for c in range(copies):
+            qmatmul_cpu[qtype, "q8"](yo, x, ws.unsafe_offset(c * op_bytes), 1, OP_N, K, ctx)
+    var per_op = Float64(perf_counter_ns() - t0) / Float64(passes * copies)
+    print(qtype, "whole op, all cores, from DRAM, N", OP_N, "K", K, "copies", copies, ":", per_op / 1000.0,
+          "us per op,", Float64(op_bytes) / per_op, "GB/s of weights (checksum", check + yo[unsafe_offset=0], ")")
+    w.unsafe_free()
+    ws.unsafe_free()
+    x.unsafe_free()
+    y.unsafe_free()
+    dx.unsafe_free()
+    sx.unsafe_free()
+    xs2.unsafe_free()
+    yo.unsafe_free()
+    qx.unsafe_free()
+    qx2.unsafe_free()
+    cx2.unsafe_free()
+
+
+def main() raises:
+    var args = argv()
+    var N = atol(args[1]) if len(args) > 1 else 128
+    var K = atol(args[2]) if len(args) > 2 else 4096
+    var reps = atol(args[3]) if len(args) > 3 else 100
+    if K % 64 != 0:
+        raise Error("K must be a multiple of 64 (whole block pairs) for this driver")
+    var ctx = DeviceContext(api="cpu")
+    profile["q4_0"](N, K, reps, ctx)
+    profile["q4_1"](N, K, reps, ctx)
