@@ -51,17 +51,25 @@ def dot_u8_i8[w_max: Int = 255](
         comptime assert w_max <= 127, "dot_u8_i8 on AVX2 without VNNI needs w_max <= 127"
         return acc + _pairs_u8_i8(w, x)
     else:
-        var p = w.cast[DType.int32]() * x.cast[DType.int32]()
-        var out = acc
-        comptime for i in range(8):
-            out[i] += p[4 * i] + p[4 * i + 1] + p[4 * i + 2] + p[4 * i + 3]
-        return out
+        return _dot4_emulated(acc, w, x)
+
+
+@always_inline
+def _dot4_emulated[wtype: DType](
+    acc: SIMD[DType.int32, 8], w: SIMD[wtype, 32], x: SIMD[DType.int8, 32]
+) -> SIMD[DType.int32, 8]:
+    # Portable form of the 4-byte lane dot products, for targets without AVX2.
+    var p = w.cast[DType.int32]() * x.cast[DType.int32]()
+    var out = acc
+    comptime for i in range(8):
+        out[i] += p[4 * i] + p[4 * i + 1] + p[4 * i + 2] + p[4 * i + 3]
+    return out
 
 
 # Q8_0 weights are signed bytes. With VNNI they are biased to unsigned (q + 128, vpdpbusd takes u8 x s8);
 # with AVX2 and no VNNI they are dotted as they are, llama.cpp's sign trick: vpmaddubsw(|q|, x * sign(q))
 # (vpabsb, vpsignb). Its pair sums are at most 2 * 128 * 127 < 2^15, so one vpmaddubsw + vpmaddwd per
-# 32 bytes is exact, where biased bytes (up to 255) take two (dot_u8_i8's top-bit split) and a
+# 32 bytes is exact, where biased bytes (up to 255) took two (a top-bit split, since removed) and a
 # -128 d sx float term per block.
 comptime SIGNED_Q8 = CompilationTarget.has_avx2() and not CompilationTarget.has_vnni()
 
@@ -74,11 +82,7 @@ def dot_i8_i8(acc: SIMD[DType.int32, 8], w: SIMD[DType.int8, 32], x: SIMD[DType.
         var sx = llvm_intrinsic["llvm.x86.avx2.psign.b", SIMD[DType.int8, 32]](x, w)
         return acc + _pairs_u8_i8(aw, sx)
     else:
-        var p = w.cast[DType.int32]() * x.cast[DType.int32]()
-        var out = acc
-        comptime for i in range(8):
-            out[i] += p[4 * i] + p[4 * i + 1] + p[4 * i + 2] + p[4 * i + 3]
-        return out
+        return _dot4_emulated(acc, w, x)
 
 
 def quantize_rows_q8(x: Ptr[F32], rows: Int, K: Int, qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32]):
@@ -166,12 +170,11 @@ def pair_layout_q8[qtype: StaticString](
                                                  dx[unsafe_offset=b + 1], sx[unsafe_offset=b + 1]))
         else:
             # Each int32 lane's sum of its 4 x bytes: the same dot product against weight bytes of 1.
-            var sums = dot_u8_i8_x2[1](SIMD[DType.int32, 16](0), SIMD[DType.uint8, PAIR](1),
-                                    qx2.unsafe_offset(p * PAIR).unsafe_load[width=PAIR](0))
+            var xv = qx2.unsafe_offset(p * PAIR).unsafe_load[width=PAIR](0)
             comptime if PAIR_LANES == 16:
-                cx2.unsafe_store(p * 16, sums * -8)
+                cx2.unsafe_store(p * 16, dot_u8_i8_x2[1](SIMD[DType.int32, 16](0), SIMD[DType.uint8, PAIR](1), xv) * -8)
             else:
-                cx2.unsafe_store(p * 8, (sums.slice[8, offset=0]() + sums.slice[8, offset=8]()) * -8)
+                cx2.unsafe_store(p * 8, dot_u8_i8_x2_fold[1](SIMD[DType.int32, 8](0), SIMD[DType.uint8, PAIR](1), xv) * -8)
 
 
 def row_pair_layout_q8(
