@@ -193,6 +193,7 @@ def _qgemv_rows_q8[MROWS: Int, R: Int, qtype: StaticString](
     # y[m, n0:n0+R] for m < MROWS from int8 activations (qdot_int8.mojo): per block and row one integer
     # dot product per x row, scaled by d * dx; the offset term (Q4_1 m, Q4_0 -8d, Q8_0 -128d) times sx.
     comptime bb = block_bytes[qtype]()
+    comptime HAS_COEF = not (qtype == "q8_0" and SIGNED_Q8)  # signed Q8_0 bytes need no offset term
     var nb = K // QBLOCK
     # U accumulator sets over consecutive blocks when few rows are in flight (see _qgemv_rows).
     comptime U = 2 if MROWS * R <= 2 else 1
@@ -215,7 +216,8 @@ def _qgemv_rows_q8[MROWS: Int, R: Int, qtype: StaticString](
                         var xb = qx.unsafe_offset(m * K + b * QBLOCK).unsafe_load[width=32](0)
                         var dp = _wdot[qtype](SIMD[DType.int32, 8](0), wq, xb)
                         acc[i] = dp.cast[F32]().fma(SIMD[F32, 8](d * dx[unsafe_offset=m * nb + b]), acc[i])
-                        offset[i] += coef * sx[unsafe_offset=m * nb + b]
+                        comptime if HAS_COEF:
+                            offset[i] += coef * sx[unsafe_offset=m * nb + b]
         b0 += U
     comptime for m in range(MROWS):
         comptime for r in range(R):
@@ -234,6 +236,7 @@ def _qgemv_row_q8_mpairs[MROWS: Int, qtype: StaticString](
     # (row_pair_layout_q8), so one instruction, one conversion and one FMA serve two rows, and the
     # offset term is one FMA over all rows.
     comptime bb = block_bytes[qtype]()
+    comptime HAS_COEF = not (qtype == "q8_0" and SIGNED_Q8)  # signed Q8_0 bytes need no offset term
     comptime MP = (MROWS + 1) // 2
     var nb = K // QBLOCK
     var row = w.unsafe_offset(n * row_bytes)
@@ -251,7 +254,8 @@ def _qgemv_row_q8_mpairs[MROWS: Int, qtype: StaticString](
             var xq = qxp.unsafe_offset((b * MP + j) * PAIR).unsafe_load[width=PAIR](0)
             var dp = _wdot_x2[qtype](SIMD[DType.int32, 16](0), w2, xq)
             acc[j] = dp.cast[F32]().fma(dxp.unsafe_load[width=16]((b * MP + j) * 16) * d, acc[j])
-        off = sxp.unsafe_load[width=8](b * 8).fma(SIMD[F32, 8](coef), off)
+        comptime if HAS_COEF:
+            off = sxp.unsafe_load[width=8](b * 8).fma(SIMD[F32, 8](coef), off)
     comptime for j in range(MP):
         y[unsafe_offset=(2 * j) * N + n] = acc[j].slice[8, offset=0]().reduce_add() + off[2 * j]
         comptime if 2 * j + 1 < MROWS:
