@@ -6,16 +6,66 @@
 #   /tmp/profile_attention [Hq Hkv cached_keys iterations]       (default: 32 8 4095 1000, D = 128)
 #   perf record -o /tmp/perf.data /tmp/profile_attention && perf annotate -i /tmp/perf.data --stdio
 #
-# K/V sit in a MAX-layout paged cache [pages, 2, 1 layer, 128 slots, Hkv, 128] with a shuffled page
-# table; one sequence decodes one token over `cached_keys` + 1 keys.
+# Two numbers:
+#   whole op: K/V sit in a MAX-layout paged cache [pages, 2, 1 layer, 128 slots, Hkv, 128] with a
+#     shuffled page table; one sequence decodes one token over `cached_keys` + 1 keys, on all cores.
+#   block kernel, one core, cache-resident: _tile_block over windows of SLOT_KEYS keys of every kv
+#     head, as slot order runs it, on one window of contiguous keys (128 KB of K/V at 8 heads), best of 5:
+#     the compute cost per key and kv head, without the DRAM reads that dominate the whole op.
+#     The head counts stay runtime values, as the op gets them: a scratch build with them as
+#     constants compiled the score loop differently (it hoisted and spilled the key vectors) and
+#     made a variant look 11% faster that measured the same here.
 
 from max.gpu.host import DeviceContext
 from std.sys import argv
 from std.time import perf_counter_ns
 
-from kernels.attention_cpu import attention_cpu
+from kernels.attention_cpu import BK, ROWS, SLOT_KEYS, _tile_block, _tile_init, attention_cpu
 from kernels.common import F32, scratch
 from kernels.kv_layout import KVView
+
+
+def block_kernel[D: Int](hq: Int, hkv: Int, reps: Int) raises:
+    # The decode block kernel alone: one token, G = hq / hkv query rows per kv head, ragged K/V.
+    comptime KEYS = SLOT_KEYS
+    var G = hq // hkv
+    var n = KEYS * hkv * D
+    var k = scratch[F32](n)
+    var v = scratch[F32](n)
+    for i in range(n):
+        k[unsafe_offset=i] = Float32((i * 7919) % 1000) * 0.001
+        v[unsafe_offset=i] = Float32((i * 31) % 1000) * 0.001
+    var q = scratch[F32](hq * D)
+    for i in range(hq * D):
+        q[unsafe_offset=i] = 0.01 * Float32(i % 17)
+    var no_pages = scratch[DType.uint32](1)
+    var kv = KVView[F32](k, v, no_pages, 0, 0, 0, hkv * D, D, False)
+    var per_task = ROWS * D + 2 * ROWS + ROWS * BK + D * BK
+    var work = scratch[F32](hkv * per_task)
+    for g in range(hkv):
+        _tile_init[D](G, work.unsafe_offset(g * per_task), work.unsafe_offset(g * per_task + ROWS * D))
+    var best = Float64(1e30)
+    for _ in range(5):
+        var t0 = perf_counter_ns()
+        for _ in range(reps):
+            var j0 = 0
+            while j0 < KEYS:
+                var j1 = min(KEYS, j0 + SLOT_KEYS)
+                for g in range(hkv):
+                    var mem = work.unsafe_offset(g * per_task)
+                    var ml = mem.unsafe_offset(ROWS * D)
+                    var sc = ml.unsafe_offset(2 * ROWS)
+                    _tile_block[D, False](q, kv, 0, g, G, hq, 0, KEYS - 1, 0, 1, j0, j1, KEYS, Float32(0.088),
+                                          mem, ml, sc, sc.unsafe_offset(ROWS * BK))
+                j0 = j1
+        best = min(best, Float64(perf_counter_ns() - t0) / Float64(reps * KEYS * hkv))
+    print("block kernel, one core, cache-resident, Hq", hq, "Hkv", hkv, "D", D, "keys", KEYS, ":", best,
+          "ns per key and kv head (checksum", work[0], ")")
+    k.unsafe_free()
+    v.unsafe_free()
+    q.unsafe_free()
+    no_pages.unsafe_free()
+    work.unsafe_free()
 
 
 def main() raises:
@@ -26,6 +76,7 @@ def main() raises:
     var hkv = atol(args[2]) if len(args) > 2 else 8
     var cached = atol(args[3]) if len(args) > 3 else 4095
     var iters = atol(args[4]) if len(args) > 4 else 1000
+    block_kernel[D](hq, hkv, max(100, iters))
     var keys = cached + 1
     var pages = keys // PAGE + 1
     var page_elems = 2 * PAGE * hkv * D

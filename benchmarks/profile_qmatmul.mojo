@@ -6,9 +6,10 @@
 #   /tmp/profile_qmatmul [N K reps]                     (default: 128 4096 100)
 #   perf record -o /tmp/perf.data /tmp/profile_qmatmul && perf annotate -i /tmp/perf.data --stdio
 #
-# Two numbers per block format:
+# Three numbers per block format:
 #   row kernel, one core: _qgemv_row_q8_pairs over N rows of K, the weights cache-resident (N x K small
 #     enough for L2), best of `reps` timings of 20 passes: the compute cost per 32-value block.
+#   f32 row kernel, one core: the same for float activations (act = "f32", _qgemv_rows[1, 1]).
 #   whole op: qmatmul_cpu on both cores over distinct weight copies totalling >= 64 MB, so the weights
 #     stream from DRAM as in a model's decode step, with its parallel hand-off.
 # Weights are synthetic bytes with valid half-precision headers; the printed checksum only keeps the
@@ -20,8 +21,8 @@ from std.time import perf_counter_ns
 
 from kernels.common import BytePtr, F32, scratch
 from kernels.qdot_int8 import I8Ptr, pair_layout_q8, quantize_rows_q8
-from kernels.qmatmul_cpu import _qgemv_row_q8_pairs, qmatmul_cpu
-from kernels.quant import QBLOCK, block_bytes
+from kernels.qmatmul_cpu import _qgemv_row_q8_pairs, _qgemv_rows, qmatmul_cpu
+from kernels.quant import HALF, QBLOCK, block_bytes
 
 
 def _weights[qtype: StaticString](rows: Int, K: Int) -> BytePtr:
@@ -70,6 +71,21 @@ def profile[qtype: StaticString](N: Int, K: Int, reps: Int, ctx: DeviceContext) 
     var check = y[unsafe_offset=0]
     print(qtype, "row kernel, one core, cache-resident, N", N, "K", K, ":", best / Float64(N * nb), "ns per block,",
           Float64(N * row_bytes) / best, "GB/s of weights")
+
+    # The float-activation row kernel (act = "f32", _qgemv_rows[1, 1]) on the same weights, for comparison.
+    var xsum = scratch[F32](nb)
+    for b in range(nb):
+        xsum[unsafe_offset=b] = (x.unsafe_load[width=HALF](b * QBLOCK) + x.unsafe_load[width=HALF](b * QBLOCK + HALF)).reduce_add()
+    var best_f32 = Float64(1e30)
+    for _ in range(reps):
+        var t0 = perf_counter_ns()
+        for _ in range(20):
+            for n in range(N):
+                _qgemv_rows[1, 1, qtype](x, xsum, w, row_bytes, y, n, N, K)
+        best_f32 = min(best_f32, Float64(perf_counter_ns() - t0) / 20.0)
+    print(qtype, "f32 row kernel, one core, cache-resident, N", N, "K", K, ":", best_f32 / Float64(N * nb),
+          "ns per block (checksum", y[unsafe_offset=0], ")")
+    xsum.unsafe_free()
 
     # Whole op from DRAM: copies of a 4096 x K matrix totalling >= 64 MB.
     comptime OP_N = 4096

@@ -20,10 +20,7 @@
 # scores are computed 4 keys x 4 query rows at a time and their 16 horizontal sums share one shuffle
 # tree (_sum16): 1024 keys (cache-resident) 255-265 -> 228-235 us; at 4096 keys no change measured
 # within the noise (920-1087 us), where the reads from DRAM dominate. AVX2 does 4 keys x 2 rows
-# (_sum8): on a Zen 3 host, 32/8 heads, 1024 keys 410 -> 340 us, 4096 keys 2486 -> 2298 us; and
-# 2 keys x 4 rows when the rows come in fours (_score_groups has why): the block kernel alone, L2-
-# resident, 32/8 heads, 53-82 -> 47-73 ns per key and kv head (min 53 -> 47); the whole op over
-# 1024 / 4096 paged keys unchanged within this host's noise (it reads at about the DRAM rate).
+# (_sum8): on a Zen 3 host, 32/8 heads, 1024 keys 410 -> 340 us, 4096 keys 2486 -> 2298 us.
 # Decode runs in slot order (slot_task): when every sequence fits one token tile per kv head, a task
 # takes a key range of one sequence and walks it SLOT_KEYS keys at a time for all of its kv heads,
 # so it reads whole slots (all heads of a token are contiguous in MAX's layout) in order. Head order
@@ -189,63 +186,6 @@ def _pv_rows[D: Int, NR: Int](
                 orow.unsafe_store(k * FW, acc[i * SV + k])
 
 
-@always_inline
-def _score_groups[D: Int, KG: Int, NQ: Int, HEAD_PREFETCH: Bool](
-    q: Ptr[F32], kv: KVView[F32], b: Int, seq_start: Int, g: Int, j0: Int, j1: Int, k_end: Int,
-    scale: Float32, rows: Int, q_row: Array[Int, ROWS], pos_row: Array[Int, ROWS], scores: Ptr[F32],
-) -> Int:
-    # Decode scores of keys [j0, j1) for the tile's rows, KG keys x NQ query rows at a time (KG * NQ
-    # = FW accumulators): FW dot products reduced together by one shuffle tree (_sum_fw) instead of
-    # FW horizontal sums; each loaded key vector serves NQ rows and each query vector KG keys.
-    # Returns the first key left unscored (fewer than KG remain).
-    # Variants: AVX-512 4 keys x 4 rows (a last partial group of rows repeats the tile's last row,
-    # not stored). AVX2 2 keys x 4 rows when the rows come in fours (GQA 4: 32/8 heads): all rows in
-    # one pass, so the key vectors are loaded once. With 4 keys x 2 rows and two row passes, LLVM
-    # hoisted the 64 key vectors of the 4 keys out of the row loop and spilled them to the stack
-    # (a copy of 2 KB per 4 keys). AVX2 4 keys x 2 rows otherwise (G = 3: SmolLM2 9/3), with a lone
-    # last row scored by per-key dots, since a padded group costs as much as two rows (measured
-    # 11% slower at 9/3 heads).
-    comptime assert KG * NQ == FW, "one accumulator per lane of the shuffle tree"
-    var r_grouped = rows if FW == 16 else rows - rows % NQ
-    var j_tail = j0
-    while j_tail + KG <= j1:
-        var kpg = Array[Ptr[F32], KG](fill=q)
-        comptime for ki in range(KG):
-            var j = j_tail + ki
-            kpg[ki] = kv.key(b, seq_start, j, g)
-            _prefetch_block_rows[D, HEAD_PREFETCH](kv, b, seq_start, j, g, k_end)
-        var r0 = 0
-        while r0 < r_grouped:
-            var qpr = Array[Ptr[F32], NQ](fill=q)
-            comptime for ri in range(NQ):
-                qpr[ri] = q.unsafe_offset(q_row[min(r0 + ri, rows - 1)])
-            var acc = Array[SIMD[F32, FW], FW](fill=SIMD[F32, FW](0))
-            comptime for c in range(D // FW):
-                var kc = Array[SIMD[F32, FW], KG](fill=SIMD[F32, FW](0))
-                comptime for ki in range(KG):
-                    kc[ki] = kpg[ki].unsafe_load[width=FW](c * FW)
-                comptime for ri in range(NQ):
-                    var qv = qpr[ri].unsafe_load[width=FW](c * FW)
-                    comptime for ki in range(KG):
-                        acc[ri * KG + ki] = qv.fma(kc[ki], acc[ri * KG + ki])
-            var sv = _sum_fw(acc^) * scale  # lane ri * KG + ki: row r0 + ri, key j_tail + ki
-            comptime for ri in range(NQ):
-                var r = r0 + ri
-                if r < rows:
-                    comptime for ki in range(KG):
-                        var keep = j_tail + ki <= pos_row[r]
-                        scores[unsafe_offset=r * BK + (j_tail + ki - j0)] = sv[ri * KG + ki] if keep else NEG_INF
-            r0 += NQ
-        for r in range(r_grouped, rows):
-            comptime for ki in range(KG):
-                var s = NEG_INF
-                if j_tail + ki <= pos_row[r]:
-                    s = _dot[D](q.unsafe_offset(q_row[r]), kpg[ki]) * scale
-                scores[unsafe_offset=r * BK + (j_tail + ki - j0)] = s
-        j_tail += KG
-    return j_tail
-
-
 def _tile[D: Int](
     q: Ptr[F32], kv: KVView[F32], b: Int, g: Int, G: Int, Hq: Int, seq_start: Int, ctx_start: Int,
     t0: Int, t1: Int, k_lo: Int, k_hi: Int, scale: Float32,
@@ -325,18 +265,50 @@ def _tile_block[D: Int, HEAD_PREFETCH: Bool](
             var t = t0 + r // G
             pos_row[r] = ctx_start + t - seq_start
             q_row[r] = (t * Hq + g * G + r % G) * D
-        # KG keys x NQ query rows at a time (KG * NQ = FW): see _score_groups.
-        var j_tail: Int
-        comptime if FW == 16:
-            j_tail = _score_groups[D, 4, 4, HEAD_PREFETCH](q, kv, b, seq_start, g, j0, j1, k_end, scale, rows,
-                                                           q_row, pos_row, scores)
-        else:
-            if rows % 4 == 0:
-                j_tail = _score_groups[D, 2, 4, HEAD_PREFETCH](q, kv, b, seq_start, g, j0, j1, k_end, scale, rows,
-                                                               q_row, pos_row, scores)
-            else:
-                j_tail = _score_groups[D, 4, 2, HEAD_PREFETCH](q, kv, b, seq_start, g, j0, j1, k_end, scale, rows,
-                                                               q_row, pos_row, scores)
+        var j_tail = j0
+        # 4 keys x NQ query rows at a time (NQ = FW / 4: 4 with AVX-512, 2 with AVX2, so the FW
+        # accumulators, 4 key vectors and a query vector fit the register file): FW dot products
+        # reduced together by one shuffle tree (_sum_fw) instead of FW horizontal sums, and each
+        # loaded key vector serves NQ rows. AVX-512 pads a last partial group of rows (repeating
+        # the tile's last row, not stored); AVX2 scores a lone last row (G = 3) with per-key dots,
+        # since a padded 4 x 2 group costs as much as two rows (measured 11% slower at 9/3 heads).
+        comptime NQ = FW // 4
+        var r_grouped = rows if FW == 16 else rows - rows % NQ
+        while j_tail + 4 <= j1:
+            var kp4 = Array[Ptr[F32], 4](fill=q)
+            comptime for ki in range(4):
+                var j = j_tail + ki
+                kp4[ki] = kv.key(b, seq_start, j, g)
+                _prefetch_block_rows[D, HEAD_PREFETCH](kv, b, seq_start, j, g, k_end)
+            var r0 = 0
+            while r0 < r_grouped:
+                var qpr = Array[Ptr[F32], NQ](fill=q)
+                comptime for ri in range(NQ):
+                    qpr[ri] = q.unsafe_offset(q_row[min(r0 + ri, rows - 1)])
+                var acc = Array[SIMD[F32, FW], FW](fill=SIMD[F32, FW](0))
+                comptime for c in range(D // FW):
+                    var kc = Array[SIMD[F32, FW], 4](fill=SIMD[F32, FW](0))
+                    comptime for ki in range(4):
+                        kc[ki] = kp4[ki].unsafe_load[width=FW](c * FW)
+                    comptime for ri in range(NQ):
+                        var qv = qpr[ri].unsafe_load[width=FW](c * FW)
+                        comptime for ki in range(4):
+                            acc[ri * 4 + ki] = qv.fma(kc[ki], acc[ri * 4 + ki])
+                var sv = _sum_fw(acc^) * scale  # lane ri * 4 + ki: row r0 + ri, key j_tail + ki
+                comptime for ri in range(NQ):
+                    var r = r0 + ri
+                    if r < rows:
+                        comptime for ki in range(4):
+                            var keep = j_tail + ki <= pos_row[r]
+                            scores[unsafe_offset=r * BK + (j_tail + ki - j0)] = sv[ri * 4 + ki] if keep else NEG_INF
+                r0 += NQ
+            for r in range(r_grouped, rows):
+                comptime for ki in range(4):
+                    var s = NEG_INF
+                    if j_tail + ki <= pos_row[r]:
+                        s = _dot[D](q.unsafe_offset(q_row[r]), kp4[ki]) * scale
+                    scores[unsafe_offset=r * BK + (j_tail + ki - j0)] = s
+            j_tail += 4
         for j in range(j_tail, j1):
             var kp = kv.key(b, seq_start, j, g)
             # One head's rows are slot_stride apart (4 KB for 8 heads x 128 floats), a pattern the

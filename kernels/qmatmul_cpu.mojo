@@ -141,8 +141,9 @@ def _qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
         comptime head = 2 if qtype == "q4_0" else 4
         # Q4_0's -8: in the AVX-512 lookup table for free; elsewhere nibble_values would spend 4
         # vector adds per block on it, so it joins the offset term as -8d * (block sum of x), as
-        # Q4_1's m does. Zen 3, one core, cache-resident, 16 alternating runs: medians 3.00 -> 2.82 ns
-        # per block (minimums 2.62 -> 2.57): small, the int32 widening and conversions dominate.
+        # Q4_1's m does. Zen 3, one core, cache-resident (benchmarks/profile_qmatmul.mojo, f32 row
+        # kernel, 4096 x 128 rows, 6 alternating runs): medians 3.05 -> 2.85 ns per block, minimums
+        # the same within noise (2.56 / 2.61). Small: the int32 widening and conversions dominate.
         comptime fold_q4_0 = qtype == "q4_0" and not CompilationTarget.has_avx512f()
         comptime base = -8 if qtype == "q4_0" and not fold_q4_0 else 0
         # U independent accumulators per row (blocks b, b + 1, ...): one FMA chain per row would

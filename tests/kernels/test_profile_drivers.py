@@ -23,7 +23,7 @@ def _build(name: str, tmp_path: Path) -> Path:
     return exe
 
 
-def test_profile_attention_builds_and_times_a_decode_call(tmp_path: Path) -> None:
+def test_profile_attention_builds_and_times_a_decode_call_and_the_block_kernel(tmp_path: Path) -> None:
     exe = _build("profile_attention", tmp_path)
     # 9/3 heads over 300 keys (across a page boundary), 3 timed calls.
     run = subprocess.run([str(exe), "9", "3", "299", "3"], capture_output=True, text=True)
@@ -31,6 +31,8 @@ def test_profile_attention_builds_and_times_a_decode_call(tmp_path: Path) -> Non
     m = re.search(r"Hq 9 Hkv 3 D 128 keys 300 : ([0-9.]+) us per call, ([0-9.]+) GB/s", run.stdout)
     assert m, run.stdout
     assert float(m.group(1)) > 0 and float(m.group(2)) > 0
+    block = re.search(r"block kernel, one core, cache-resident, Hq 9 Hkv 3 D 128 keys 16 : ([0-9.e-]+) ns", run.stdout)
+    assert block and float(block.group(1)) > 0, run.stdout
 
 
 def test_profile_qmatmul_builds_and_times_both_q4_formats(tmp_path: Path) -> None:
