@@ -40,6 +40,8 @@ def block_kernel[D: Int](hq: Int, hkv: Int, reps: Int) raises:
         q[unsafe_offset=i] = 0.01 * Float32(i % 17)
     var no_pages = scratch[DType.uint32](1)
     var kv = KVView[F32](k, v, no_pages, 0, 0, 0, hkv * D, D, False)
+    # One task's scratch in attention_cpu's layout: o_part [ROWS, D], (max, denominator) [ROWS, 2],
+    # scores [ROWS, BK], transposed keys [D, BK].
     var per_task = ROWS * D + 2 * ROWS + ROWS * BK + D * BK
     var work = scratch[F32](hkv * per_task)
     for g in range(hkv):
@@ -48,16 +50,12 @@ def block_kernel[D: Int](hq: Int, hkv: Int, reps: Int) raises:
     for _ in range(5):
         var t0 = perf_counter_ns()
         for _ in range(reps):
-            var j0 = 0
-            while j0 < KEYS:
-                var j1 = min(KEYS, j0 + SLOT_KEYS)
-                for g in range(hkv):
-                    var mem = work.unsafe_offset(g * per_task)
-                    var ml = mem.unsafe_offset(ROWS * D)
-                    var sc = ml.unsafe_offset(2 * ROWS)
-                    _tile_block[D, False](q, kv, 0, g, G, hq, 0, KEYS - 1, 0, 1, j0, j1, KEYS, Float32(0.088),
-                                          mem, ml, sc, sc.unsafe_offset(ROWS * BK))
-                j0 = j1
+            for g in range(hkv):  # one window of keys [0, KEYS) per kv head, as slot_task walks them
+                var mem = work.unsafe_offset(g * per_task)
+                var ml = mem.unsafe_offset(ROWS * D)
+                var sc = ml.unsafe_offset(2 * ROWS)
+                _tile_block[D, False](q, kv, 0, g, G, hq, 0, KEYS - 1, 0, 1, 0, KEYS, KEYS, Float32(0.088),
+                                      mem, ml, sc, sc.unsafe_offset(ROWS * BK))
         best = min(best, Float64(perf_counter_ns() - t0) / Float64(reps * KEYS * hkv))
     print("block kernel, one core, cache-resident, Hq", hq, "Hkv", hkv, "D", D, "keys", KEYS, ":", best,
           "ns per key and kv head (checksum", work[0], ")")

@@ -21,8 +21,8 @@ from std.time import perf_counter_ns
 
 from kernels.common import BytePtr, F32, scratch
 from kernels.qdot_int8 import I8Ptr, pair_layout_q8, quantize_rows_q8
-from kernels.qmatmul_cpu import _qgemv_row_q8_pairs, _qgemv_rows, qmatmul_cpu
-from kernels.quant import HALF, QBLOCK, block_bytes
+from kernels.qmatmul_cpu import _qgemv_row_q8_pairs, _qgemv_rows, block_sums, qmatmul_cpu
+from kernels.quant import QBLOCK, block_bytes
 
 
 def _weights[qtype: StaticString](rows: Int, K: Int) -> BytePtr:
@@ -74,8 +74,7 @@ def profile[qtype: StaticString](N: Int, K: Int, reps: Int, ctx: DeviceContext) 
 
     # The float-activation row kernel (act = "f32", _qgemv_rows[1, 1]) on the same weights, for comparison.
     var xsum = scratch[F32](nb)
-    for b in range(nb):
-        xsum[unsafe_offset=b] = (x.unsafe_load[width=HALF](b * QBLOCK) + x.unsafe_load[width=HALF](b * QBLOCK + HALF)).reduce_add()
+    block_sums(x, nb, xsum)
     var best_f32 = Float64(1e30)
     for _ in range(reps):
         var t0 = perf_counter_ns()

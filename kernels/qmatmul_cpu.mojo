@@ -126,6 +126,18 @@ def _int8_scales[qtype: StaticString](blk: BytePtr) -> SIMD[F32, 2]:
 
 
 @always_inline
+def _has_coef[qtype: StaticString]() -> Bool:
+    """Whether the int8 path's offset term (coef * sx) is needed: coef is 0 for signed Q8_0 bytes."""
+    return not (qtype == "q8_0" and SIGNED_Q8)
+
+
+def block_sums(x: Ptr[F32], nb: Int, xsum: Ptr[F32]):
+    """xsum[b] = sum of x[32 b : 32 b + 32] for b < nb: the float Q4 decode rows' offset term."""
+    for b in range(nb):
+        xsum[unsafe_offset=b] = (x.unsafe_load[width=HALF](b * QBLOCK) + x.unsafe_load[width=HALF](b * QBLOCK + HALF)).reduce_add()
+
+
+@always_inline
 def _qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
     x: Ptr[F32], xsum: Ptr[F32], w: BytePtr, row_bytes: Int, y: Ptr[F32], n0: Int, N: Int, K: Int
 ):
@@ -202,7 +214,6 @@ def _qgemv_rows_q8[MROWS: Int, R: Int, qtype: StaticString](
     # y[m, n0:n0+R] for m < MROWS from int8 activations (qdot_int8.mojo): per block and row one integer
     # dot product per x row, scaled by d * dx; the offset term (Q4_1 m, Q4_0 -8d, Q8_0 -128d) times sx.
     comptime bb = block_bytes[qtype]()
-    comptime HAS_COEF = not (qtype == "q8_0" and SIGNED_Q8)  # signed Q8_0 bytes need no offset term
     var nb = K // QBLOCK
     # U accumulator sets over consecutive blocks when few rows are in flight (see _qgemv_rows).
     comptime U = 2 if MROWS * R <= 2 else 1
@@ -225,7 +236,7 @@ def _qgemv_rows_q8[MROWS: Int, R: Int, qtype: StaticString](
                         var xb = qx.unsafe_offset(m * K + b * QBLOCK).unsafe_load[width=32](0)
                         var dp = _wdot[qtype](SIMD[DType.int32, 8](0), wq, xb)
                         acc[i] = dp.cast[F32]().fma(SIMD[F32, 8](d * dx[unsafe_offset=m * nb + b]), acc[i])
-                        comptime if HAS_COEF:
+                        comptime if _has_coef[qtype]():
                             offset[i] += coef * sx[unsafe_offset=m * nb + b]
         b0 += U
     comptime for m in range(MROWS):
@@ -245,7 +256,6 @@ def _qgemv_row_q8_mpairs[MROWS: Int, qtype: StaticString](
     # (row_pair_layout_q8), so one instruction, one conversion and one FMA serve two rows, and the
     # offset term is one FMA over all rows.
     comptime bb = block_bytes[qtype]()
-    comptime HAS_COEF = not (qtype == "q8_0" and SIGNED_Q8)  # signed Q8_0 bytes need no offset term
     comptime MP = (MROWS + 1) // 2
     var nb = K // QBLOCK
     var row = w.unsafe_offset(n * row_bytes)
@@ -263,7 +273,7 @@ def _qgemv_row_q8_mpairs[MROWS: Int, qtype: StaticString](
             var xq = qxp.unsafe_offset((b * MP + j) * PAIR).unsafe_load[width=PAIR](0)
             var dp = _wdot_x2[qtype](SIMD[DType.int32, 16](0), w2, xq)
             acc[j] = dp.cast[F32]().fma(dxp.unsafe_load[width=16]((b * MP + j) * 16) * d, acc[j])
-        comptime if HAS_COEF:
+        comptime if _has_coef[qtype]():
             off = sxp.unsafe_load[width=8](b * 8).fma(SIMD[F32, 8](coef), off)
     comptime for j in range(MP):
         y[unsafe_offset=(2 * j) * N + n] = acc[j].slice[8, offset=0]().reduce_add() + off[2 * j]
@@ -412,8 +422,7 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
         comptime if mpairs:
             row_pair_layout_q8(qx, dx, sx, MROWS, nb, qxp, dxp, sxp)
     else:
-        for b in range(nb):
-            xsum[unsafe_offset=b] = (x.unsafe_load[width=HALF](b * QBLOCK) + x.unsafe_load[width=HALF](b * QBLOCK + HALF)).reduce_add()
+        block_sums(x, nb, xsum)
 
     def task(t: Int) {var y, var x, var xsum, var qx, var dx, var sx, var qx2, var xs2, var cx2, var qxp,
                       var dxp, var sxp, var w, var row_bytes, var N, var K, var per}:
