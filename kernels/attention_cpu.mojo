@@ -18,9 +18,9 @@
 # paged layout), keeps 4 FMA chains per dot and takes the block max as a vector reduction: 32/8
 # heads, D = 128, 4096 keys: 1059-1168 -> 894-988 us (31.7 -> 34-37.5 GB/s). With AVX-512, decode
 # scores are computed 4 keys x 4 query rows at a time and their 16 horizontal sums share one shuffle
-# tree (_sum16): 1024 keys (cache-resident) 255-265 -> 228-235 us; at 4096 keys no change measured
+# tree (shuffles.sum_lanes_tile): 1024 keys (cache-resident) 255-265 -> 228-235 us; at 4096 keys no change measured
 # within the noise (920-1087 us), where the reads from DRAM dominate. AVX2 does 4 keys x 2 rows
-# (_sum8): on a Zen 3 host, 32/8 heads, 1024 keys 410 -> 340 us, 4096 keys 2486 -> 2298 us.
+# (the same tree at 8 lanes): on a Zen 3 host, 32/8 heads, 1024 keys 410 -> 340 us, 4096 keys 2486 -> 2298 us.
 # Decode runs in slot order (slot_task): when every sequence fits one token tile per kv head, a task
 # takes a key range of one sequence and walks it SLOT_KEYS keys at a time for all of its kv heads,
 # so it reads whole slots (all heads of a token are contiguous in MAX's layout) in order. Head order
@@ -42,6 +42,7 @@ from std.sys import PrefetchOptions, prefetch
 
 from .common import F32, FW, Ptr, ceil_div, cpu_threads, parallel_for, scratch
 from .kv_layout import KVView
+from .shuffles import sum_lanes_tile
 
 comptime ROWS = 48        # query rows (tokens x heads of one kv group) per tile; scratch ~40 KB (L1)
 comptime BK = 64          # keys per score block
@@ -77,65 +78,6 @@ def _prefetch_block_rows[D: Int, HEAD_PREFETCH: Bool](
         comptime for i in range(0, D, 16):
             prefetch[PrefetchOptions().for_read().high_locality()](kv.value(b, seq_start, j, g).unsafe_offset(i))
             prefetch[PrefetchOptions().for_read().high_locality()](kv.key(b, seq_start, min(j + SLOT_PFK, k_end - 1), g).unsafe_offset(i))
-
-
-@always_inline
-def _pair_sum[h: Int](x: SIMD[F32, 16], y: SIMD[F32, 16]) -> SIMD[F32, 16]:
-    # x and y each hold groups of 2h partial sums; the result holds x's groups then y's, each folded
-    # to h partial sums (one stage of a 16-vector horizontal-sum tree; two vpermt2ps and one add).
-    comptime if h == 8:
-        return x.shuffle[0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23](y) + x.shuffle[
-            8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31](y)
-    elif h == 4:
-        return x.shuffle[0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27](y) + x.shuffle[
-            4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31](y)
-    elif h == 2:
-        return x.shuffle[0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29](y) + x.shuffle[
-            2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31](y)
-    else:
-        return x.shuffle[0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30](y) + x.shuffle[
-            1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31](y)
-
-
-@always_inline
-def _sum16(acc: Array[SIMD[F32, 16], 16]) -> SIMD[F32, 16]:
-    """Lane i = the sum of acc[i]'s 16 lanes: 15 pair stages instead of 16 separate reductions."""
-    var a8 = Array[SIMD[F32, 16], 8](fill=SIMD[F32, 16](0))
-    comptime for i in range(8):
-        a8[i] = _pair_sum[8](acc[2 * i], acc[2 * i + 1])
-    var a4 = Array[SIMD[F32, 16], 4](fill=SIMD[F32, 16](0))
-    comptime for i in range(4):
-        a4[i] = _pair_sum[4](a8[2 * i], a8[2 * i + 1])
-    return _pair_sum[1](_pair_sum[2](a4[0], a4[1]), _pair_sum[2](a4[2], a4[3]))
-
-
-@always_inline
-def _pair_sum8[h: Int](x: SIMD[F32, 8], y: SIMD[F32, 8]) -> SIMD[F32, 8]:
-    # _pair_sum for 8-lane (AVX2) vectors.
-    comptime if h == 4:
-        return x.shuffle[0, 1, 2, 3, 8, 9, 10, 11](y) + x.shuffle[4, 5, 6, 7, 12, 13, 14, 15](y)
-    elif h == 2:
-        return x.shuffle[0, 1, 4, 5, 8, 9, 12, 13](y) + x.shuffle[2, 3, 6, 7, 10, 11, 14, 15](y)
-    else:
-        return x.shuffle[0, 2, 4, 6, 8, 10, 12, 14](y) + x.shuffle[1, 3, 5, 7, 9, 11, 13, 15](y)
-
-
-@always_inline
-def _sum8(acc: Array[SIMD[F32, 8], 8]) -> SIMD[F32, 8]:
-    """Lane i = the sum of acc[i]'s 8 lanes: 7 pair stages instead of 8 separate reductions."""
-    var a4 = Array[SIMD[F32, 8], 4](fill=SIMD[F32, 8](0))
-    comptime for i in range(4):
-        a4[i] = _pair_sum8[4](acc[2 * i], acc[2 * i + 1])
-    return _pair_sum8[1](_pair_sum8[2](a4[0], a4[1]), _pair_sum8[2](a4[2], a4[3]))
-
-
-@always_inline
-def _sum_fw(var acc: Array[SIMD[F32, FW], FW]) -> SIMD[F32, FW]:
-    """Lane i = the sum of acc[i]'s FW lanes, for this target's vector width."""
-    comptime if FW == 16:
-        return rebind[SIMD[F32, FW]](_sum16(rebind_var[Array[SIMD[F32, 16], 16]](acc^)))
-    else:
-        return rebind[SIMD[F32, FW]](_sum8(rebind_var[Array[SIMD[F32, 8], 8]](acc^)))
 
 
 @always_inline
@@ -266,9 +208,9 @@ def _tile_block[D: Int, HEAD_PREFETCH: Bool](
             pos_row[r] = ctx_start + t - seq_start
             q_row[r] = (t * Hq + g * G + r % G) * D
         var j_tail = j0
-        # 4 keys x NQ query rows at a time (NQ = FW / 4: 4 with AVX-512, 2 with AVX2, so the FW
-        # accumulators, 4 key vectors and a query vector fit the register file): FW dot products
-        # reduced together by one shuffle tree (_sum_fw) instead of FW horizontal sums, and each
+        # 4 keys x NQ query rows at a time (NQ = FW / 4: 4 with AVX-512, 2 with AVX2, 1 with SSE or
+        # NEON, so the FW accumulators, 4 key vectors and a query vector fit the register file): FW
+        # dot products reduced together by one shuffle tree (sum_lanes_tile) instead of FW horizontal sums, and each
         # loaded key vector serves NQ rows. AVX-512 pads a last partial group of rows (repeating
         # the tile's last row, not stored); AVX2 scores a lone last row (G = 3) with per-key dots,
         # since a padded 4 x 2 group costs as much as two rows (measured 11% slower at 9/3 heads).
@@ -294,7 +236,7 @@ def _tile_block[D: Int, HEAD_PREFETCH: Bool](
                         var qv = qpr[ri].unsafe_load[width=FW](c * FW)
                         comptime for ki in range(4):
                             acc[ri * 4 + ki] = qv.fma(kc[ki], acc[ri * 4 + ki])
-                var sv = _sum_fw(acc^) * scale  # lane ri * 4 + ki: row r0 + ri, key j_tail + ki
+                var sv = sum_lanes_tile[FW](acc^) * scale  # lane ri * 4 + ki: row r0 + ri, key j_tail + ki
                 comptime for ri in range(NQ):
                     var r = r0 + ri
                     if r < rows:

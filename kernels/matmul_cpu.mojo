@@ -35,6 +35,7 @@ from std.sys import PrefetchOptions, prefetch
 
 from .common import BytePtr, FW, F32, Ptr, ceil_div, cpu_threads, parallel_for, scratch
 from .quant import HALF, QBLOCK, block_bytes, decode_block
+from .shuffles import transpose_tile
 
 comptime MR = 6           # micro-tile rows (broadcast x values)
 # Micro-tile vectors per row: MR * NV accumulators + NV panel loads + 1 broadcast must fit the vector
@@ -87,75 +88,6 @@ def _micro_tile[first: Bool, full: Bool](
 
 
 @always_inline
-def _swap_blocks8[b: Int](mut t: Array[SIMD[F32, 8], 8]):
-    # _swap_blocks for an 8 x 8 tile (AVX2).
-    comptime for i in range(8):
-        comptime if (i // b) % 2 == 0:
-            var r0 = t[i]
-            var r1 = t[i + b]
-            comptime if b == 4:
-                t[i] = r0.shuffle[0, 1, 2, 3, 8, 9, 10, 11](r1)
-                t[i + b] = r0.shuffle[4, 5, 6, 7, 12, 13, 14, 15](r1)
-            comptime if b == 2:
-                t[i] = r0.shuffle[0, 1, 8, 9, 4, 5, 12, 13](r1)
-                t[i + b] = r0.shuffle[2, 3, 10, 11, 6, 7, 14, 15](r1)
-            comptime if b == 1:
-                t[i] = r0.shuffle[0, 8, 2, 10, 4, 12, 6, 14](r1)
-                t[i + b] = r0.shuffle[1, 9, 3, 11, 5, 13, 7, 15](r1)
-
-
-@always_inline
-def _transpose8(mut t: Array[SIMD[F32, 8], 8]):
-    """In-register 8 x 8 float transpose: 3 stages of 8 two-source shuffles."""
-    _swap_blocks8[4](t)
-    _swap_blocks8[2](t)
-    _swap_blocks8[1](t)
-
-
-@always_inline
-def _swap_blocks[b: Int](mut t: Array[SIMD[F32, 16], 16]):
-    # One stage of a 16 x 16 transpose: rows i and i + b exchange their off-diagonal b x b blocks.
-    comptime for i in range(16):
-        comptime if (i // b) % 2 == 0:
-            var r0 = t[i]
-            var r1 = t[i + b]
-            comptime if b == 8:
-                t[i] = r0.shuffle[0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23](r1)
-                t[i + b] = r0.shuffle[8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31](r1)
-            comptime if b == 4:
-                t[i] = r0.shuffle[0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27](r1)
-                t[i + b] = r0.shuffle[4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31](r1)
-            comptime if b == 2:
-                t[i] = r0.shuffle[0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29](r1)
-                t[i + b] = r0.shuffle[2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31](r1)
-            comptime if b == 1:
-                t[i] = r0.shuffle[0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30](r1)
-                t[i + b] = r0.shuffle[1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31](r1)
-
-
-@always_inline
-def _transpose16(mut t: Array[SIMD[F32, 16], 16]):
-    """In-register 16 x 16 float transpose: 4 stages of 16 two-source shuffles (vpermt2ps)."""
-    _swap_blocks[8](t)
-    _swap_blocks[4](t)
-    _swap_blocks[2](t)
-    _swap_blocks[1](t)
-
-
-@always_inline
-def _transpose(mut t: Array[SIMD[F32, FW], FW]):
-    """In-register FW x FW float transpose."""
-    comptime if FW == 16:
-        var t16 = rebind_var[Array[SIMD[F32, 16], 16]](t^)
-        _transpose16(t16)
-        t = rebind_var[Array[SIMD[F32, FW], FW]](t16^)
-    else:
-        var t8 = rebind_var[Array[SIMD[F32, 8], 8]](t^)
-        _transpose8(t8)
-        t = rebind_var[Array[SIMD[F32, FW], FW]](t8^)
-
-
-@always_inline
 def _pack_b[qtype: StaticString](
     w: BytePtr, row_bytes: Int, N: Int, n0: Int, nc: Int, k0: Int, kc: Int, bp: Ptr[F32]
 ):
@@ -176,7 +108,7 @@ def _pack_b[qtype: StaticString](
                         var t = Array[SIMD[F32, FW], FW](fill=SIMD[F32, FW](0))
                         comptime for jj in range(FW):
                             t[jj] = src.unsafe_load[width=FW](jj * (row_bytes // 4) + kb * FW)
-                        _transpose(t)
+                        transpose_tile[FW](t)
                         comptime for kk in range(FW):
                             panel.unsafe_store((kb * FW + kk) * NR + jb * FW, t[kk])
                 continue
@@ -195,7 +127,7 @@ def _pack_b[qtype: StaticString](
                                 var t = Array[SIMD[F32, FW], FW](fill=SIMD[F32, FW](0))
                                 comptime for jj in range(FW):
                                     t[jj] = half[jj].slice[FW, offset=q * FW]()
-                                _transpose(t)
+                                transpose_tile[FW](t)
                                 comptime for kk in range(FW):
                                     panel.unsafe_store((b * QBLOCK + h * HALF + q * FW + kk) * NR + jb * FW, t[kk])
                 continue
