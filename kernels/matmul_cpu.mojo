@@ -49,6 +49,11 @@ comptime MC = 96          # m-block of packed x, MC x KC (48 / 144 KB), stays in
 # of it beside x's block, on Zen 3 / Zen 4: 512 KB / 1 MB).
 comptime NC = 256
 comptime GEMV_MAX_M = 8
+# Rows of x per GEMM pass (a multiple of MC). x is packed per pass, so the packed copy is at most
+# SLAB_M x K floats (115 MB at Llama-3-8B's K = 14336) instead of a second copy of x for any M (a
+# 32K-token prefill's down projection would have packed 1.9 GB). Each extra pass packs W once more:
+# KC x NC values per M x KC x NC FMAs, under 0.1% at this slab height.
+comptime SLAB_M = 21 * MC
 
 
 @always_inline
@@ -172,7 +177,21 @@ def gemm_cpu[qtype: StaticString](
     y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, M: Int, N: Int, K: Int, ctx: DeviceContext
 ) raises:
     """Blocked GEMM with fp32 compute; W rows are `row_bytes` apart in format `qtype` ("f32" or a GGUF
-    block format, K a multiple of 32 then). Any M, N, K >= 1."""
+    block format, K a multiple of 32 then). Any M, N, K >= 1.
+
+    Runs M in slabs of at most SLAB_M rows, so the packed copy of x stays bounded (see SLAB_M).
+    """
+    var m0 = 0
+    while m0 < M:
+        var rows = min(SLAB_M, M - m0)
+        _gemm_slab[qtype](y.unsafe_offset(m0 * N), x.unsafe_offset(m0 * K), w, row_bytes, rows, N, K, ctx)
+        m0 += rows
+
+
+def _gemm_slab[qtype: StaticString](
+    y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, M: Int, N: Int, K: Int, ctx: DeviceContext
+) raises:
+    # y: [M, N], x: [M, K] (one slab of rows), W: [N, K] as `row_bytes`-byte rows.
     var n_blocks = ceil_div(N, NC)
     var m_tiles = ceil_div(M, MR)
     var k_blocks = ceil_div(K, KC)

@@ -33,7 +33,8 @@ UBF16 = 2.0**-8
 
 MATMUL_M = (1, 2, 7, 8, 64, 300)
 MATMUL_KN = ((576, 1536), (1536, 576), (577, 33), (100, 1537), (16, 5))
-MATMUL_BIG = ((1, 4096, 4096), (8, 4096, 4096), (64, 4096, 4096))
+# The CPU GEMM runs M in slabs of 2016 rows (matmul_cpu.mojo SLAB_M): 2100 rows take two.
+MATMUL_BIG = ((1, 4096, 4096), (8, 4096, 4096), (64, 4096, 4096), (2100, 64, 40))
 QTYPES = ("q4_0", "q4_1", "q8_0", "f16")
 # The batch-1 int8 path takes blocks in pairs, two pairs per step, then a lone pair and a lone block:
 # K = 64 is one lone pair, 96 (3 blocks) a lone pair and a lone block, 160 (5) one step and a lone
@@ -133,7 +134,9 @@ def check_qmatmul(h: Harness, qtype: str) -> list[CaseResult]:
     rng = np.random.default_rng(1)
     out = []
     # M = 20 runs the decode kernel in row groups of 8, 8 and 4 (qmatmul_cpu.mojo: M <= 32).
-    shapes = [(m, k, n) for m in MATMUL_M + (20,) for k, n in QMATMUL_KN] + [(1, 4096, 4096), (8, 4096, 4096)]
+    # 2100 rows: the quantized GEMM in two M slabs.
+    shapes = [(m, k, n) for m in MATMUL_M + (20,) for k, n in QMATMUL_KN] + [(1, 4096, 4096), (8, 4096, 4096),
+                                                                            (2100, 64, 33)]
     for m, k, n in shapes:
         x = rng.standard_normal((m, k)).astype(np.float32)
         wq = R.quantize(rng.standard_normal((n, k)).astype(np.float32), qtype)
