@@ -333,7 +333,7 @@ def attention_cpu[D: Int](
     o: Ptr[F32], q: Ptr[F32], kv: KVView[F32], offsets: Ptr[DType.uint32], cache_lens: Ptr[DType.uint32],
     has_cache: Bool, B: Int, Hq: Int, Hkv: Int, ctx: DeviceContext,
 ) raises:
-    """o[t, h, :] = softmax(q[t, h] . K^T / sqrt(D)) V over the causal prefix of t's sequence.
+    """Computes o[t, h, :] = softmax(q[t, h] . K^T / sqrt(D)) V over the causal prefix of t's sequence.
 
     Without a cache (has_cache False, ragged prefill) every sequence starts at position 0.
     """

@@ -1,6 +1,7 @@
 # Shared helpers for the kernels: pointer aliases, scratch memory, half-precision decode, CPU sizing.
 
-from std.memory import alloc, bitcast
+from std.memory import bitcast
+from std.memory.alloc import unsafe_alloc
 from std.sys.info import num_physical_cores, simd_width_of
 from max.algorithm.functional import sync_parallelize
 from std.atomic import Atomic
@@ -17,7 +18,7 @@ comptime FW = simd_width_of[DType.float32]()
 
 def scratch[dtype: DType](n: Int) -> Ptr[dtype]:
     """Allocates n elements of per-call scratch (freed by the caller with unsafe_free)."""
-    return rebind[Ptr[dtype]](alloc[Scalar[dtype]](n))
+    return rebind[Ptr[dtype]](unsafe_alloc[Scalar[dtype]](n))
 
 
 @always_inline

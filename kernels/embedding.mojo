@@ -52,7 +52,7 @@ struct Embedding:
             raise Error("crucible.embedding[", qtype, "]: table rows of ", row_bytes, " bytes do not hold ", H, " values")
         if T == 0:
             return
-        var table_bytes = rebind[BytePtr](table.unsafe_ptr().bitcast[UInt8]())
+        var table_bytes = rebind[BytePtr](table.unsafe_ptr().unsafe_bitcast[UInt8]())
         comptime if target == "cpu":
             comptime assert y.dtype == F32, "crucible.embedding on CPU computes in float32"
             var yp = rebind[Ptr[F32]](y.unsafe_ptr())
@@ -64,7 +64,7 @@ struct Embedding:
                 var row = table_bytes.unsafe_offset(tok * row_bytes)
                 var out = yp.unsafe_offset(t * H)
                 comptime if qtype == "f32":
-                    var src = row.bitcast[Float32]()
+                    var src = row.unsafe_bitcast[Float32]()
                     for i in range(H):
                         out[unsafe_offset=i] = src[unsafe_offset=i]
                 else:

@@ -74,7 +74,7 @@ def _micro_tile[first: Bool, full: Bool](
     comptime if full:
         comptime for i in range(MR):
             comptime for v in range(NV):
-                var p = c + i * ldc + v * FW
+                var p = c.unsafe_offset(i * ldc + v * FW)
                 comptime if first:
                     p.unsafe_store(0, acc[i * NV + v])
                 else:
@@ -83,7 +83,7 @@ def _micro_tile[first: Bool, full: Bool](
         comptime for i in range(MR):
             if i < rows:
                 comptime for v in range(NV):
-                    var p = c + i * ldc + v * FW
+                    var p = c.unsafe_offset(i * ldc + v * FW)
                     var vec = acc[i * NV + v]
                     for j in range(min(FW, cols - v * FW)):
                         comptime if first:
@@ -108,7 +108,7 @@ def _pack_b[qtype: StaticString](
         comptime if qtype == "f32":
             if full and kc % FW == 0:
                 for jb in range(NR // FW):
-                    var src = w.unsafe_offset((n0 + jr * NR + jb * FW) * row_bytes).bitcast[Float32]().unsafe_offset(k0)
+                    var src = w.unsafe_offset((n0 + jr * NR + jb * FW) * row_bytes).unsafe_bitcast[Float32]().unsafe_offset(k0)
                     for kb in range(kc // FW):
                         var t = Array[SIMD[F32, FW], FW](fill=SIMD[F32, FW](0))
                         comptime for jj in range(FW):
@@ -143,7 +143,7 @@ def _pack_b[qtype: StaticString](
                     panel[unsafe_offset=k * NR + j] = 0
                 continue
             comptime if qtype == "f32":
-                var src = w.unsafe_offset(n * row_bytes).bitcast[Float32]().unsafe_offset(k0)
+                var src = w.unsafe_offset(n * row_bytes).unsafe_bitcast[Float32]().unsafe_offset(k0)
                 for k in range(kc):
                     panel[unsafe_offset=k * NR + j] = src[unsafe_offset=k]
             else:
@@ -237,10 +237,10 @@ def _gemm_slab[qtype: StaticString](
                 var t1 = min(tiles, t0 + MC // MR)
                 for jr in range(ceil_div(nc, NR)):
                     var cols = min(NR, nc - jr * NR)
-                    var panel = bp + jr * KC * NR
-                    var cbase = y + n0 + jr * NR
+                    var panel = bp.unsafe_offset(jr * KC * NR)
+                    var cbase = y.unsafe_offset(n0 + jr * NR)
                     for tt in range(t0, t1):
-                        var a = a_block + tt * MR * KC
+                        var a = a_block.unsafe_offset(tt * MR * KC)
                         var i = m_begin + tt * MR
                         var rows = min(MR, m_end - i)
                         # The C tile's lines, requested before the FMAs: C (M x NC) does not stay in L2
@@ -248,17 +248,17 @@ def _gemm_slab[qtype: StaticString](
                         comptime for r in range(MR):
                             comptime for line in range(NR // 16):
                                 prefetch[PrefetchOptions().for_write().high_locality()](
-                                    (cbase + (i + min(r, rows - 1)) * N + line * 16).bitcast[UInt8]())
+                                    cbase.unsafe_offset((i + min(r, rows - 1)) * N + line * 16).unsafe_bitcast[UInt8]())
                         if cols == NR and rows == MR:
                             if k0 == 0:
-                                _micro_tile[True, True](a, panel, cbase + i * N, N, kc, MR, cols)
+                                _micro_tile[True, True](a, panel, cbase.unsafe_offset(i * N), N, kc, MR, cols)
                             else:
-                                _micro_tile[False, True](a, panel, cbase + i * N, N, kc, MR, cols)
+                                _micro_tile[False, True](a, panel, cbase.unsafe_offset(i * N), N, kc, MR, cols)
                         else:
                             if k0 == 0:
-                                _micro_tile[True, False](a, panel, cbase + i * N, N, kc, rows, cols)
+                                _micro_tile[True, False](a, panel, cbase.unsafe_offset(i * N), N, kc, rows, cols)
                             else:
-                                _micro_tile[False, False](a, panel, cbase + i * N, N, kc, rows, cols)
+                                _micro_tile[False, False](a, panel, cbase.unsafe_offset(i * N), N, kc, rows, cols)
                 t0 = t1
             k0 += KC
         bp.unsafe_free()

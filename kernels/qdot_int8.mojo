@@ -40,7 +40,7 @@ def _pairs_u8_i8(w: SIMD[DType.uint8, 32], x: SIMD[DType.int8, 32]) -> SIMD[DTyp
 def dot_u8_i8[w_max: Int = 255](
     acc: SIMD[DType.int32, 8], w: SIMD[DType.uint8, 32], x: SIMD[DType.int8, 32]
 ) -> SIMD[DType.int32, 8]:
-    """acc[i] + sum_{j < 4} w[4i + j] * x[4i + j] (u8 x s8 products, exact in int32).
+    """Returns acc[i] + sum_{j < 4} w[4i + j] * x[4i + j] (u8 x s8 products, exact in int32).
 
     w_max: the largest value w may hold; x must lie in [-127, 127] (quantize_rows_q8).
     """
@@ -76,7 +76,7 @@ comptime SIGNED_Q8 = CompilationTarget.has_avx2() and not CompilationTarget.has_
 
 @always_inline
 def dot_i8_i8(acc: SIMD[DType.int32, 8], w: SIMD[DType.int8, 32], x: SIMD[DType.int8, 32]) -> SIMD[DType.int32, 8]:
-    """acc[i] + sum_{j < 4} w[4i + j] * x[4i + j] for signed w (any int8) and x in [-127, 127]."""
+    """Returns acc[i] + sum_{j < 4} w[4i + j] * x[4i + j] for signed w (any int8) and x in [-127, 127]."""
     comptime if CompilationTarget.has_avx2():
         var aw = bitcast[DType.uint8, 32](abs(w))  # |-128| wraps to the byte 128, its unsigned value
         var sx = llvm_intrinsic["llvm.x86.avx2.psign.b", SIMD[DType.int8, 32]](x, w)
@@ -86,7 +86,7 @@ def dot_i8_i8(acc: SIMD[DType.int32, 8], w: SIMD[DType.int8, 32], x: SIMD[DType.
 
 
 def quantize_rows_q8(x: Ptr[F32], rows: Int, K: Int, qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32]):
-    """x [rows, K] float32 -> qx [rows, K] int8, dx [rows, K/32] scales, sx [rows, K/32] = dx * sum(qx)."""
+    """Quantizes x [rows, K] float32 -> qx [rows, K] int8, dx [rows, K/32] scales, sx [rows, K/32] = dx * sum(qx)."""
     var nb = K // 32
     for m in range(rows):
         for b in range(nb):
@@ -127,7 +127,7 @@ comptime PAIR_LANES = 16 if CompilationTarget.has_vnni() and CompilationTarget.h
 def dot_u8_i8_x2[w_max: Int = 255](
     acc: SIMD[DType.int32, 16], w: SIMD[DType.uint8, 64], x: SIMD[DType.int8, 64]
 ) -> SIMD[DType.int32, 16]:
-    """acc[i] + sum_{j < 4} w[4i + j] * x[4i + j]: dot_u8_i8 over 64 bytes."""
+    """Returns acc[i] + sum_{j < 4} w[4i + j] * x[4i + j]: dot_u8_i8 over 64 bytes."""
     comptime if CompilationTarget.has_vnni() and CompilationTarget.has_avx512f():
         return llvm_intrinsic["llvm.x86.avx512.vpdpbusd.512", SIMD[DType.int32, 16]](acc, w, x)
     else:
@@ -140,7 +140,7 @@ def dot_u8_i8_x2[w_max: Int = 255](
 def dot_u8_i8_x2_fold[w_max: Int = 255](
     acc: SIMD[DType.int32, 8], w: SIMD[DType.uint8, 64], x: SIMD[DType.int8, 64]
 ) -> SIMD[DType.int32, 8]:
-    """acc[i] + sum_{j < 4} (w[4i + j] x[4i + j] + w[32 + 4i + j] x[32 + 4i + j]): dot_u8_i8_x2 with
+    """Returns acc[i] + sum_{j < 4} (w[4i + j] x[4i + j] + w[32 + 4i + j] x[32 + 4i + j]): dot_u8_i8_x2 with
     lane i + 8 folded onto lane i."""
     var w_lo = w.slice[32, offset=0]()
     var w_hi = w.slice[32, offset=32]()

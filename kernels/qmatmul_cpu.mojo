@@ -132,7 +132,7 @@ def _has_coef[qtype: StaticString]() -> Bool:
 
 
 def block_sums(x: Ptr[F32], nb: Int, xsum: Ptr[F32]):
-    """xsum[b] = sum of x[32 b : 32 b + 32] for b < nb: the float Q4 decode rows' offset term."""
+    """Sets xsum[b] = the sum of x[32 b : 32 b + 32] for b < nb: the float Q4 decode rows' offset term."""
     for b in range(nb):
         xsum[unsafe_offset=b] = (x.unsafe_load[width=HALF](b * QBLOCK) + x.unsafe_load[width=HALF](b * QBLOCK + HALF)).reduce_add()
 
@@ -313,14 +313,14 @@ def _pair_group[qtype: StaticString, NP: Int](
     comptime if q4_1:
         var h = SIMD[DType.uint32, 2 * NP](0)
         comptime for j in range(2 * NP):
-            h[j] = blk.unsafe_offset(j * bb).bitcast[UInt32]()[unsafe_offset=0]
+            h[j] = blk.unsafe_offset(j * bb).unsafe_bitcast[UInt32]()[unsafe_offset=0]
         var p4 = bitcast[DType.float16, 4 * NP](h).cast[F32]() * xs.unsafe_load[width=4 * NP](0)
         off += p4
         prod = rebind[SIMD[F32, 2 * NP * per_block]](p4)
     else:
         var h = SIMD[DType.uint16, 2 * NP](0)
         comptime for j in range(2 * NP):
-            h[j] = blk.unsafe_offset(j * bb).bitcast[UInt16]()[unsafe_offset=0]
+            h[j] = blk.unsafe_offset(j * bb).unsafe_bitcast[UInt16]()[unsafe_offset=0]
         prod = rebind[SIMD[F32, 2 * NP * per_block]](
             bitcast[DType.float16, 2 * NP](h).cast[F32]() * dx.unsafe_load[width=2 * NP](0))
     comptime for u in range(NP):
@@ -359,8 +359,8 @@ def _qgemv_row_q8_pairs[qtype: StaticString](
     var off = SIMD[F32, 8](0)
     var p = 0
     while p + 2 <= np:
-        _pair_group[qtype, 2](row.unsafe_offset(2 * p * bb), qx2.unsafe_offset(p * PAIR), xs2 + 4 * p,
-                              dx + 2 * p, cx2 + p * L, acc, off)
+        _pair_group[qtype, 2](row.unsafe_offset(2 * p * bb), qx2.unsafe_offset(p * PAIR), xs2.unsafe_offset(4 * p),
+                              dx.unsafe_offset(2 * p), cx2.unsafe_offset(p * L), acc, off)
         p += 2
     var total = acc[0].reduce_add() + acc[1].reduce_add()
     comptime if qtype == "q4_1":
@@ -368,8 +368,8 @@ def _qgemv_row_q8_pairs[qtype: StaticString](
     if p < np:
         var acc1 = Array[SIMD[F32, L], 1](fill=SIMD[F32, L](0))
         var off1 = SIMD[F32, 4](0)
-        _pair_group[qtype, 1](row.unsafe_offset(2 * p * bb), qx2.unsafe_offset(p * PAIR), xs2 + 4 * p,
-                              dx + 2 * p, cx2 + p * L, acc1, off1)
+        _pair_group[qtype, 1](row.unsafe_offset(2 * p * bb), qx2.unsafe_offset(p * PAIR), xs2.unsafe_offset(4 * p),
+                              dx.unsafe_offset(2 * p), cx2.unsafe_offset(p * L), acc1, off1)
         total += acc1[0].reduce_add()
         comptime if qtype == "q4_1":
             total += off1[1] + off1[3]
@@ -470,7 +470,7 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
 def qmatmul_cpu[qtype: StaticString, act: StaticString](
     y: Ptr[F32], x: Ptr[F32], w: BytePtr, M: Int, N: Int, K: Int, ctx: DeviceContext
 ) raises:
-    """y = x @ dequant(w)^T; K must be a multiple of 32 (checked by the op).
+    """Computes y = x @ dequant(w)^T; K must be a multiple of 32 (checked by the op).
 
     act "q8" quantizes x to int8 per block on the decode path (M <= 32); the GEMM keeps float32.
     """
@@ -485,5 +485,5 @@ def qmatmul_cpu[qtype: StaticString, act: StaticString](
         var rows = ceil_div(M - m0, groups)
         comptime for m in range(1, GEMV_MAX_M + 1):
             if rows == m:
-                _qgemv_m[m, qtype, act](y + m0 * N, x + m0 * K, w, row_bytes, N, K, ctx)
+                _qgemv_m[m, qtype, act](y.unsafe_offset(m0 * N), x.unsafe_offset(m0 * K), w, row_bytes, N, K, ctx)
         m0 += rows

@@ -33,7 +33,6 @@ def block_bytes[qtype: StaticString]() -> Int:
         return 128
     else:
         comptime assert False, "unknown qtype: expected q4_0, q4_1, q8_0, f16 or f32"
-        return 0
 
 
 @always_inline
@@ -47,7 +46,7 @@ def block_scales(blk: BytePtr) -> SIMD[F32, 2]:
     stay inside the block (every header is followed by quant bytes). GPU kernels keep
     load_f16_as_f32: Q4_0 and Q8_0 blocks (18, 34 bytes) leave headers only 2-byte aligned.
     """
-    return blk.bitcast[Float16]().unsafe_load[width=2](0).cast[F32]()
+    return blk.unsafe_bitcast[Float16]().unsafe_load[width=2](0).cast[F32]()
 
 
 @always_inline
@@ -96,7 +95,6 @@ def decode_block[qtype: StaticString](blk: BytePtr) -> Tuple[SIMD[F32, HALF], SI
         return (bitcast[F32, HALF](lo), bitcast[F32, HALF](hi))
     else:
         comptime assert False, "unknown qtype"
-        return (SIMD[F32, HALF](0), SIMD[F32, HALF](0))
 
 
 @always_inline
@@ -121,7 +119,7 @@ def dot_block[qtype: StaticString](blk: BytePtr, x0: SIMD[F32, HALF], x1: SIMD[F
 def decode_value[qtype: StaticString](row: BytePtr, i: Int) -> Float32:
     """Value i of a row stored in `qtype` ("f32" or a block format), one scalar at a time (GPU kernels)."""
     comptime if qtype == "f32":
-        return row.bitcast[Float32]()[unsafe_offset=i]
+        return row.unsafe_bitcast[Float32]()[unsafe_offset=i]
     elif qtype == "f16":
         return load_f16_as_f32(row.unsafe_offset(2 * i))
     else:
@@ -139,4 +137,3 @@ def decode_value[qtype: StaticString](row: BytePtr, i: Int) -> Float32:
                 blk.unsafe_offset(2))
         else:
             comptime assert False, "unknown qtype"
-            return 0

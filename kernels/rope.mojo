@@ -77,7 +77,7 @@ def rotate_pair[dtype: DType, interleaved: Bool](
 
 @always_inline
 def rope_angles(pos: Float32, inv_freq: Ptr[F32], D: Int, mut c: RopeVecs, mut s: RopeVecs):
-    """c, s = cos, sin of pos * inv_freq[0:D/2], for rope_head_cpu (nothing to do unless rope_vectorized(D))."""
+    """Sets c, s = cos, sin of pos * inv_freq[0:D/2], for rope_head_cpu (nothing to do unless rope_vectorized(D))."""
     if not rope_vectorized(D):
         return
     for v in range(D // 2 // RW):
