@@ -20,7 +20,9 @@ from max.gpu.host import DeviceContext
 from std.sys import argv
 from std.time import perf_counter_ns
 
-from kernels.attention_cpu import BK, ROWS, SLOT_KEYS, _tile_block, _tile_init, attention_cpu
+from kernels.attention_cpu import (
+    SLOT_KEYS, _tile_block, _tile_init, attention_cpu, tile_floats, tile_kt, tile_ml, tile_scores,
+)
 from kernels.common import F32, scratch
 from kernels.kv_layout import KVView
 
@@ -38,31 +40,26 @@ def block_kernel[D: Int](hq: Int, hkv: Int, reps: Int) raises:
     var q = scratch[F32](hq * D)
     for i in range(hq * D):
         q[unsafe_offset=i] = 0.01 * Float32(i % 17)
-    var no_pages = scratch[DType.uint32](1)
-    var kv = KVView[F32](k, v, no_pages, 0, 0, 0, hkv * D, D, False)
-    # One task's scratch in attention_cpu's layout: o_part [ROWS, D], (max, denominator) [ROWS, 2],
-    # scores [ROWS, BK], transposed keys [D, BK].
-    var per_task = ROWS * D + 2 * ROWS + ROWS * BK + D * BK
+    var kv = KVView[F32].ragged(k, v, hkv, D)
+    # One task's scratch per kv head, in attention_cpu's layout (tile_floats and its accessors).
+    var per_task = tile_floats[D]()
     var work = scratch[F32](hkv * per_task)
     for g in range(hkv):
-        _tile_init[D](G, work.unsafe_offset(g * per_task), work.unsafe_offset(g * per_task + ROWS * D))
+        _tile_init[D](G, work.unsafe_offset(g * per_task), tile_ml[D](work.unsafe_offset(g * per_task)))
     var best = Float64(1e30)
     for _ in range(5):
         var t0 = perf_counter_ns()
         for _ in range(reps):
             for g in range(hkv):  # one window of keys [0, KEYS) per kv head, as slot_task walks them
                 var mem = work.unsafe_offset(g * per_task)
-                var ml = mem.unsafe_offset(ROWS * D)
-                var sc = ml.unsafe_offset(2 * ROWS)
                 _tile_block[D, False](q, kv, 0, g, G, hq, 0, KEYS - 1, 0, 1, 0, KEYS, KEYS, Float32(0.088),
-                                      mem, ml, sc, sc.unsafe_offset(ROWS * BK))
+                                      mem, tile_ml[D](mem), tile_scores[D](mem), tile_kt[D](mem))
         best = min(best, Float64(perf_counter_ns() - t0) / Float64(reps * KEYS * hkv))
     print("block kernel, one core, cache-resident, Hq", hq, "Hkv", hkv, "D", D, "keys", KEYS, ":", best,
           "ns per key and kv head (checksum", work[0], ")")
     k.unsafe_free()
     v.unsafe_free()
     q.unsafe_free()
-    no_pages.unsafe_free()
     work.unsafe_free()
 
 
@@ -93,7 +90,7 @@ def main() raises:
     offsets[unsafe_offset=1] = 1
     var cache_lens = scratch[DType.uint32](1)
     cache_lens[unsafe_offset=0] = UInt32(cached)
-    var kv = KVView[F32](blocks, blocks.unsafe_offset(PAGE * hkv * D), lut, pages, PAGE, page_elems, hkv * D, D, True)
+    var kv = KVView[F32].paged_dense(blocks, lut, pages, PAGE, 1, 0, hkv, D)
     var ctx = DeviceContext(api="cpu")
     for _ in range(5):
         attention_cpu[D](o, q, kv, offsets, cache_lens, True, 1, hq, hkv, ctx)

@@ -62,7 +62,7 @@ struct AttentionRagged:
         comptime if target == "cpu":
             if Int(offsets[unsafe_offset=B]) != T or Int(offsets[unsafe_offset=0]) != 0:
                 raise Error("crucible.attention_ragged: row_offsets must run from 0 to T=", T)
-        var kv = KVView[o.dtype](k.unsafe_ptr(), v.unsafe_ptr(), offsets, 0, 1, 0, Hkv * D, D, False)
+        var kv = KVView[o.dtype].ragged(k.unsafe_ptr(), v.unsafe_ptr(), Hkv, D)
         _dispatch_head_dim[o.dtype, target](o.unsafe_ptr(), q.unsafe_ptr(), kv, offsets, offsets, False,
                                             T, B, Hq, Hkv, D, ctx)
 

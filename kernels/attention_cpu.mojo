@@ -52,6 +52,29 @@ comptime SLOT_PFK = 4     # slot-ordered decode: key rows prefetched this many k
 comptime SLOT_KEYS = 16   # slot-ordered decode: keys per window (all kv heads of them: 128 KB at 8 x 128)
 
 
+# One task's scratch, carved from one float allocation (shared by the tasks, the split merge and
+# benchmarks/profile_attention.mojo): o_part [ROWS, D] un-normalized outputs at the start, then
+# ml [ROWS, 2] (running max, denominator), scores [ROWS, BK] and kt [D, BK] (a prefill tile's
+# transposed key block). About 40 KB at D = 128: it stays in L1 / L2 while the task runs.
+def tile_floats[D: Int]() -> Int:
+    return ROWS * D + 2 * ROWS + ROWS * BK + D * BK
+
+
+@always_inline
+def tile_ml[D: Int](mem: Ptr[F32]) -> Ptr[F32]:
+    return mem.unsafe_offset(ROWS * D)
+
+
+@always_inline
+def tile_scores[D: Int](mem: Ptr[F32]) -> Ptr[F32]:
+    return mem.unsafe_offset(ROWS * D + 2 * ROWS)
+
+
+@always_inline
+def tile_kt[D: Int](mem: Ptr[F32]) -> Ptr[F32]:
+    return mem.unsafe_offset(ROWS * D + 2 * ROWS + ROWS * BK)
+
+
 @always_inline
 def _prefetch_row[D: Int](p: Ptr[F32]):
     # Into L2, not L1: one head's rows are 4 KB apart, so they all fall into the same few L1 sets
@@ -384,7 +407,7 @@ def attention_cpu[D: Int](
                 tile_b[unsafe_offset=3 * i + 2] = Int64(t)
                 i += 1
                 t += tq
-    var per_task = ROWS * D + 2 * ROWS + ROWS * BK + D * BK
+    var per_task = tile_floats[D]()
     var work = scratch[F32](n_tiles * splits * per_task)
 
     def task(id: Int) {var o, var q, var kv, var offsets, var cache_lens, var has_cache, var Hq, var G, var tq, var scale,
@@ -400,14 +423,10 @@ def attention_cpu[D: Int](
         var n_keys = ctx_start + (t1 - 1 - seq_start) + 1
         var chunk = ceil_div(n_keys, splits)
         var mem = work.unsafe_offset(id * per_task)
-        var o_part = mem
-        var ml = mem.unsafe_offset(ROWS * D)
-        var sc = ml.unsafe_offset(2 * ROWS)
-        var kt = sc.unsafe_offset(ROWS * BK)
         _tile[D](q, kv, b, g, G, Hq, seq_start, ctx_start, t0, t1, split * chunk,
-                 min(n_keys, (split + 1) * chunk), scale, o_part, ml, sc, kt)
+                 min(n_keys, (split + 1) * chunk), scale, mem, tile_ml[D](mem), tile_scores[D](mem), tile_kt[D](mem))
         if splits == 1:
-            _write_rows[D](o, o_part, ml, t0, t1, g, G, Hq)
+            _write_rows[D](o, mem, tile_ml[D](mem), t0, t1, g, G, Hq)
 
     def slot_task(id: Int) {var o, var q, var kv, var offsets, var cache_lens, var has_cache, var Hq, var Hkv, var G,
                             var scale, var splits, var seq_b, var work, var per_task}:
@@ -424,21 +443,19 @@ def attention_cpu[D: Int](
         var k_end = _key_end(seq_start, ctx_start, t1, k_lo + chunk)
         for g in range(Hkv):
             var mem = work.unsafe_offset(((first_tile + g) * splits + split) * per_task)
-            _tile_init[D]((t1 - seq_start) * G, mem, mem.unsafe_offset(ROWS * D))
+            _tile_init[D]((t1 - seq_start) * G, mem, tile_ml[D](mem))
         var j0 = k_lo
         while j0 < k_end:
             var j1 = min(k_end, j0 + SLOT_KEYS)
             for g in range(Hkv):
                 var mem = work.unsafe_offset(((first_tile + g) * splits + split) * per_task)
-                var ml = mem.unsafe_offset(ROWS * D)
-                var sc = ml.unsafe_offset(2 * ROWS)
                 _tile_block[D, False](q, kv, b, g, G, Hq, seq_start, ctx_start, seq_start, t1, j0, j1, k_end,
-                                      scale, mem, ml, sc, sc.unsafe_offset(ROWS * BK))
+                                      scale, mem, tile_ml[D](mem), tile_scores[D](mem), tile_kt[D](mem))
             j0 = j1
         if splits == 1:
             for g in range(Hkv):
                 var mem = work.unsafe_offset((first_tile + g) * per_task)
-                _write_rows[D](o, mem, mem.unsafe_offset(ROWS * D), seq_start, t1, g, G, Hq)
+                _write_rows[D](o, mem, tile_ml[D](mem), seq_start, t1, g, G, Hq)
 
     if slot_order:
         parallel_for(slot_task, n_seqs * splits, ctx)
@@ -455,15 +472,16 @@ def attention_cpu[D: Int](
             for r in range((t1 - t0) * G):
                 var m = NEG_INF
                 for s in range(splits):
-                    m = max(m, work[unsafe_offset=(tile * splits + s) * per_task + ROWS * D + 2 * r])
+                    m = max(m, tile_ml[D](work.unsafe_offset((tile * splits + s) * per_task))[unsafe_offset=2 * r])
                 var l = Float32(0)
                 var acc = Array[SIMD[F32, FW], D // FW](fill=SIMD[F32, FW](0))
                 for s in range(splits):
                     var mem = work.unsafe_offset((tile * splits + s) * per_task)
-                    var ls = mem[unsafe_offset=ROWS * D + 2 * r + 1]
+                    var ml = tile_ml[D](mem)
+                    var ls = ml[unsafe_offset=2 * r + 1]
                     if ls == 0:
                         continue
-                    var w = exp(mem[unsafe_offset=ROWS * D + 2 * r] - m)
+                    var w = exp(ml[unsafe_offset=2 * r] - m)
                     l += ls * w
                     comptime for k in range(D // FW):
                         acc[k] = mem.unsafe_load[width=FW](r * D + k * FW).fma(SIMD[F32, FW](w), acc[k])

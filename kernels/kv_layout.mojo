@@ -47,6 +47,27 @@ struct KVView[dtype: DType](Copyable, ImplicitlyCopyable, Movable):
         self.head_stride = head_stride
         self.paged = paged
 
+    @staticmethod
+    def ragged(k: Ptr[Self.dtype], v: Ptr[Self.dtype], Hkv: Int, D: Int) -> Self:
+        """Contiguous K and V, [T, Hkv, D] each; key j of sequence b is row offsets[b] + j."""
+        return Self(k, v, rebind[Ptr[DType.uint32]](k), 0, 0, 0, Hkv * D, D, False)
+
+    @staticmethod
+    def paged_dense(
+        blocks: Ptr[Self.dtype], lookup: Ptr[DType.uint32], lookup_cols: Int, page_size: Int, n_layers: Int,
+        layer: Int, Hkv: Int, D: Int,
+    ) -> Self:
+        """Layer `layer` of a dense (unstrided) cache [pages, 2, n_layers, page_size, Hkv, D].
+
+        The ops read the strides off the buffer MAX hands them instead; this is for code that lays the
+        buffer out itself (profiling drivers, compile checks).
+        """
+        var slot = Hkv * D
+        var layer_stride = page_size * slot
+        var kv_stride = n_layers * layer_stride
+        var base = blocks.unsafe_offset(layer * layer_stride)
+        return Self(base, base.unsafe_offset(kv_stride), lookup, lookup_cols, page_size, 2 * kv_stride, slot, D, True)
+
     @always_inline
     def base(self) -> Ptr[Self.dtype]:
         return rebind[Ptr[Self.dtype]](self._base)

@@ -77,7 +77,7 @@ def attentions[D: Int](ctx: DeviceContext) raises:
     offsets[unsafe_offset=1] = 5
     var lens = scratch[DType.uint32](1)
     lens[unsafe_offset=0] = 0
-    attention_cpu[D](o, q, KVView[F32](k, v, lens, 0, 0, 0, HKV * D, D, False), offsets, lens, False, 1, HQ,
+    attention_cpu[D](o, q, KVView[F32].ragged(k, v, HKV, D), offsets, lens, False, 1, HQ,
                      HKV, ctx)
     var page = 2 * 16 * HKV * D
     var blocks = _zeros(2 * page)
@@ -86,7 +86,7 @@ def attentions[D: Int](ctx: DeviceContext) raises:
     lookup[unsafe_offset=1] = 0
     offsets[unsafe_offset=1] = 1
     lens[unsafe_offset=0] = 20
-    var paged = KVView[F32](blocks, blocks.unsafe_offset(16 * HKV * D), lookup, 2, 16, page, HKV * D, D, True)
+    var paged = KVView[F32].paged_dense(blocks, lookup, 2, 16, 1, 0, HKV, D)
     attention_cpu[D](o, q, paged, offsets, lens, True, 1, HQ, HKV, ctx)
     for p in [q, o, k, v, blocks]:
         p.unsafe_free()
