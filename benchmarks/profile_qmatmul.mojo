@@ -20,7 +20,7 @@ from std.sys import argv
 from std.time import perf_counter_ns
 
 from kernels.common import BytePtr, F32, scratch
-from kernels.qdot_int8 import I8Ptr, pair_layout_q8, quantize_rows_q8
+from kernels.qdot_int8 import I8Ptr, octet_floats, octet_layout_q8, pair_layout_q8, quantize_rows_q8
 from kernels.qmatmul_cpu import _qgemv_row_q8_pairs, _qgemv_rows, block_sums, qmatmul_cpu
 from kernels.quant import QBLOCK, block_bytes
 
@@ -59,6 +59,9 @@ def profile[qtype: StaticString](N: Int, K: Int, reps: Int, ctx: DeviceContext) 
     var cx2 = scratch[DType.int32](8 * nb)
     quantize_rows_q8(x, 1, K, qx, dx, sx)
     pair_layout_q8[qtype](qx, dx, sx, nb, qx2, xs2, cx2)
+    var xo = scratch[F32]((nb // 8) * octet_floats[qtype]() + 1)
+    var co = scratch[DType.int32]((nb // 8) * 8 + 1)
+    octet_layout_q8[qtype](qx, dx, sx, nb, xo, co)
 
     var w = _weights[qtype](N, K)
     var best = Float64(1e30)
@@ -66,7 +69,7 @@ def profile[qtype: StaticString](N: Int, K: Int, reps: Int, ctx: DeviceContext) 
         var t0 = perf_counter_ns()
         for _ in range(20):
             for n in range(N):
-                _qgemv_row_q8_pairs[qtype](qx2, xs2, cx2, qx, dx, sx, w, row_bytes, y, n, K)
+                _qgemv_row_q8_pairs[qtype](qx2, xs2, cx2, xo, co, qx, dx, sx, w, row_bytes, y, n, K)
         best = min(best, Float64(perf_counter_ns() - t0) / 20.0)
     var check = y[unsafe_offset=0]
     print(qtype, "row kernel, one core, cache-resident, N", N, "K", K, ":", best / Float64(N * nb), "ns per block,",
@@ -113,6 +116,8 @@ def profile[qtype: StaticString](N: Int, K: Int, reps: Int, ctx: DeviceContext) 
     qx.unsafe_free()
     qx2.unsafe_free()
     cx2.unsafe_free()
+    xo.unsafe_free()
+    co.unsafe_free()
 
 
 def main() raises:

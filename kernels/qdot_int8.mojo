@@ -177,6 +177,63 @@ def pair_layout_q8[qtype: StaticString](
                 cx2.unsafe_store(p * 8, dot_u8_i8_x2_fold[1](SIMD[DType.int32, 8](0), SIMD[DType.uint8, PAIR](1), xv) * -8)
 
 
+# Block octets for batch-1 decode of Q4_0/Q4_1 on AVX2 without VNNI (OCTETS; qmatmul_cpu._octet): four
+# block pairs of one weight row (8 blocks) reduced together. Each pair's folded int16 lanes hold 4
+# products (|.| <= 4 * 15 * 127 = 7620), two vphaddw levels add them to 16 products per int16 lane
+# (<= 30480 < 2^15, exact) and one vpmaddwd to one int32 per block, in lane order OCTET_BLOCK(k) =
+# 0, 2, 4, 6, 1, 3, 5, 7 (vphaddw works within 128-bit halves). So 8 blocks take one conversion, one
+# start add and one FMA with an 8-lane scale vector gathered in that order, where 4 pairs took 4 of
+# each plus 8 shuffles to broadcast their scales. x's per-block data, in lane order, per octet o:
+#   xo[XO o ..]:  dx (8 floats); Q4_1 then sx (8 floats): XO = 8 (Q4_0) or 16 (Q4_1)
+#   co[8 o ..]:   Q4_0: -8 * sum(qx of the block), added to the int32 sums (the -8 offset, exact)
+# qx2 (block pairs) holds the bytes; pairs past the last whole octet take the pair path.
+comptime OCTETS = CompilationTarget.has_avx2() and not CompilationTarget.has_vnni()
+
+
+@always_inline
+def octet_block(k: Int) -> Int:
+    """The block (0..7 within its octet) whose int32 sum lands in lane k of an octet's reduction."""
+    return 2 * (k % 4) + k // 4
+
+
+def octet_floats[qtype: StaticString]() -> Int:
+    """XO: x floats per octet (dx; Q4_1 also sx)."""
+    return 16 if qtype == "q4_1" else 8
+
+
+def octet_layout_q8[qtype: StaticString](
+    qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], nb: Int, xo: Ptr[F32], co: Ptr[DType.int32]
+):
+    """One quantized x row (quantize_rows_q8) -> the octet layout above for nb // 8 octets (co is written
+    for Q4_0 only)."""
+    comptime XO = octet_floats[qtype]()
+    for o in range(nb // 8):
+        for k in range(8):
+            var b = 8 * o + octet_block(k)
+            xo[unsafe_offset=XO * o + k] = dx[unsafe_offset=b]
+            comptime if qtype == "q4_1":
+                xo[unsafe_offset=XO * o + 8 + k] = sx[unsafe_offset=b]
+            else:
+                var xb = qx.unsafe_offset(b * 32).unsafe_load[width=32](0).cast[DType.int32]()
+                co[unsafe_offset=8 * o + k] = -8 * xb.reduce_add()
+
+
+@always_inline
+def octet_dot(w_lo: Array[SIMD[DType.uint8, 32], 4], w_hi: Array[SIMD[DType.uint8, 32], 4], x: I8Ptr) -> SIMD[DType.int32, 8]:
+    """The int32 dot products of 8 nibble blocks (4 pairs: low / high nibbles as dot_u8_i8_x2_fold takes
+    them) with their qx2 bytes from x on, lane k holding block octet_block(k). AVX2 only."""
+    var p16 = Array[SIMD[DType.int16, 16], 4](fill=SIMD[DType.int16, 16](0))
+    comptime for u in range(4):
+        var xv = x.unsafe_offset(u * PAIR).unsafe_load[width=PAIR](0)
+        p16[u] = llvm_intrinsic["llvm.x86.avx2.pmadd.ub.sw", SIMD[DType.int16, 16]](
+            w_lo[u], xv.slice[32, offset=0]()) + llvm_intrinsic["llvm.x86.avx2.pmadd.ub.sw", SIMD[DType.int16, 16]](
+            w_hi[u], xv.slice[32, offset=32]())
+    var h01 = llvm_intrinsic["llvm.x86.avx2.phadd.w", SIMD[DType.int16, 16]](p16[0], p16[1])
+    var h23 = llvm_intrinsic["llvm.x86.avx2.phadd.w", SIMD[DType.int16, 16]](p16[2], p16[3])
+    var h = llvm_intrinsic["llvm.x86.avx2.phadd.w", SIMD[DType.int16, 16]](h01, h23)
+    return llvm_intrinsic["llvm.x86.avx2.pmadd.wd", SIMD[DType.int32, 8]](h, SIMD[DType.int16, 16](1))
+
+
 def row_pair_layout_q8(
     qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], rows: Int, nb: Int, qxp: I8Ptr, dxp: Ptr[F32], sxp: Ptr[F32]
 ):

@@ -24,6 +24,11 @@
 #          multiply (_pair_group). Zen 3, benchmarks/profile_qmatmul.mojo, 8 alternating runs each,
 #          medians: one core cache-resident ~1.5-1.65 -> ~1.3 ns per block; whole op from DRAM on both
 #          cores Q4_0 15.7 -> 17.3 GB/s, Q4_1 16.3 -> 17.8 GB/s (the host read ~20 GB/s at the time).
+#          AVX2 without VNNI then reduces whole octets of 8 blocks (4 pairs) together (_octet;
+#          qdot_int8.mojo, block octets): per 8 blocks one header gather and conversion, one int
+#          conversion and one FMA, and no scale shuffles. Zen 3, profile_qmatmul, 6 alternating runs:
+#          one core cache-resident Q4_0 1.04-1.40 -> 0.82-1.07 ns per block, Q4_1 1.03-1.33 -> 0.88-1.28;
+#          the whole op from DRAM unchanged within the noise (the host read 10-15 GB/s at the time).
 #          Q8_0 there takes its signed bytes as they are (qdot_int8.SIGNED_Q8): 1536 x 576 (one op,
 #          both cores, standalone, medians of 6 alternating runs) M = 1 60 -> 50 us, M = 8 185 -> 144
 #          us; SmolLM2's 49152 x 576 lm_head from DRAM ~1.8 ms either way (memory-bound, noisy).
@@ -48,8 +53,8 @@ from std.memory import bitcast
 from std.sys.info import CompilationTarget
 
 from .qdot_int8 import (
-    PAIR, PAIR_LANES, SIGNED_Q8, I8Ptr, dot_i8_i8, dot_u8_i8, dot_u8_i8_x2, dot_u8_i8_x2_fold, pair_layout_q8,
-    quantize_rows_q8, row_pair_layout_q8,
+    OCTETS, PAIR, PAIR_LANES, SIGNED_Q8, I8Ptr, dot_i8_i8, dot_u8_i8, dot_u8_i8_x2, dot_u8_i8_x2_fold, octet_block,
+    octet_dot, octet_floats, octet_layout_q8, pair_layout_q8, quantize_rows_q8, row_pair_layout_q8,
 )
 
 
@@ -341,14 +346,54 @@ def _pair_group[qtype: StaticString, NP: Int](
 
 
 @always_inline
+def _octet[qtype: StaticString](
+    blk: BytePtr, xq: I8Ptr, xo: Ptr[F32], co: Ptr[DType.int32], mut acc: SIMD[F32, 8], mut moff: SIMD[F32, 8]
+):
+    # 8 consecutive blocks of one weight row from `blk` on (4 block pairs; qdot_int8.mojo, block octets);
+    # xq points at the first pair's qx2 bytes, xo / co at the octet's x data. acc += the blocks'
+    # d dx dot (Q4_0 with its -8 offset inside the dot), moff += Q4_1's m sx, lane k for block
+    # octet_block(k).
+    comptime bb = block_bytes[qtype]()
+    comptime q4_1 = qtype == "q4_1"
+    comptime head = 4 if q4_1 else 2
+    comptime for i in range(0, 8 * bb, 64):
+        _prefetch_ahead(blk.unsafe_offset(i))
+    var w_lo = Array[SIMD[DType.uint8, 32], 4](fill=SIMD[DType.uint8, 32](0))
+    var w_hi = Array[SIMD[DType.uint8, 32], 4](fill=SIMD[DType.uint8, 32](0))
+    comptime for u in range(4):
+        var q = blk.unsafe_offset(2 * u * bb + head).unsafe_load[width=16](0).join(
+            blk.unsafe_offset((2 * u + 1) * bb + head).unsafe_load[width=16](0))
+        w_lo[u] = q & 0xF
+        w_hi[u] = q >> 4
+    var dot = octet_dot(w_lo, w_hi, xq)
+    var d: SIMD[F32, 8]
+    comptime if q4_1:
+        # Headers (d, m) as two halves per block, gathered in lane order and split into d and m.
+        var h = SIMD[DType.uint32, 8](0)
+        comptime for k in range(8):
+            h[k] = blk.unsafe_offset(octet_block(k) * bb).unsafe_bitcast[UInt32]()[unsafe_offset=0]
+        var dm = bitcast[DType.float16, 16](h).deinterleave()
+        d = dm[0].cast[F32]()
+        moff = dm[1].cast[F32]().fma(xo.unsafe_load[width=8](8), moff)
+    else:
+        var h = SIMD[DType.uint16, 8](0)
+        comptime for k in range(8):
+            h[k] = blk.unsafe_offset(octet_block(k) * bb).unsafe_bitcast[UInt16]()[unsafe_offset=0]
+        d = bitcast[DType.float16, 8](h).cast[F32]()
+        dot += co.unsafe_load[width=8](0)
+    acc = dot.cast[F32]().fma(d * xo.unsafe_load[width=8](0), acc)
+
+
+@always_inline
 def _qgemv_row_q8_pairs[qtype: StaticString](
-    qx2: I8Ptr, xs2: Ptr[F32], cx2: Ptr[DType.int32], qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32],
-    w: BytePtr, row_bytes: Int, y: Ptr[F32], n: Int, K: Int,
+    qx2: I8Ptr, xs2: Ptr[F32], cx2: Ptr[DType.int32], xo: Ptr[F32], co: Ptr[DType.int32],
+    qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], w: BytePtr, row_bytes: Int, y: Ptr[F32], n: Int, K: Int,
 ):
     # y[n] = x . dequant(W[n, :]) for one x row (Q4_0/Q4_1, act = "q8"), two blocks per dot product
-    # (qdot_int8.mojo, block pairs), two pairs per step (_pair_group); an odd last pair and an odd
-    # last block take the short paths. Q4_0's -8 offset starts each dot product (cx2), Q4_1's
-    # m_b * sx_b is a float term per block (off's odd lanes).
+    # (qdot_int8.mojo, block pairs). With OCTETS (AVX2 without VNNI) whole octets of 8 blocks go
+    # first (_octet); then two pairs per step (_pair_group); an odd last pair and an odd last block
+    # take the short paths. Q4_0's -8 offset starts each dot product (cx2, co), Q4_1's m_b * sx_b is
+    # a float term per block (off's odd lanes, moff).
     comptime bb = block_bytes[qtype]()
     comptime head = 4 if qtype == "q4_1" else 2
     comptime L = PAIR_LANES
@@ -358,11 +403,21 @@ def _qgemv_row_q8_pairs[qtype: StaticString](
     var acc = Array[SIMD[F32, L], 2](fill=SIMD[F32, L](0))
     var off = SIMD[F32, 8](0)
     var p = 0
+    var total = Float32(0)
+    comptime if OCTETS:
+        comptime XO = octet_floats[qtype]()
+        var acc8 = SIMD[F32, 8](0)
+        var moff = SIMD[F32, 8](0)
+        while p + 4 <= np:
+            _octet[qtype](row.unsafe_offset(2 * p * bb), qx2.unsafe_offset(p * PAIR), xo.unsafe_offset((p // 4) * XO),
+                          co.unsafe_offset((p // 4) * 8), acc8, moff)
+            p += 4
+        total = acc8.reduce_add() + moff.reduce_add()
     while p + 2 <= np:
         _pair_group[qtype, 2](row.unsafe_offset(2 * p * bb), qx2.unsafe_offset(p * PAIR), xs2.unsafe_offset(4 * p),
                               dx.unsafe_offset(2 * p), cx2.unsafe_offset(p * L), acc, off)
         p += 2
-    var total = acc[0].reduce_add() + acc[1].reduce_add()
+    total += acc[0].reduce_add() + acc[1].reduce_add()
     comptime if qtype == "q4_1":
         total += off[1] + off[3] + off[5] + off[7]
     if p < np:
@@ -407,6 +462,9 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
     var qx2 = rebind[I8Ptr](scratch[DType.int8](K if pairs else 1))
     var xs2 = scratch[F32]((nb // 2) * 4 if pairs and qtype == "q4_1" else 1)
     var cx2 = scratch[DType.int32]((nb // 2) * PAIR_LANES if pairs and qtype == "q4_0" else 1)
+    comptime octets = pairs and OCTETS
+    var xo = scratch[F32]((nb // 8) * octet_floats[qtype]() if octets else 1)
+    var co = scratch[DType.int32]((nb // 8) * 8 if octets and qtype == "q4_0" else 1)
     # Batched int8 x, 3 to 8 rows: two x rows per dot product (row_pair_layout_q8). AMD Zen 3 (AVX2),
     # 4096 x 4096, 8 rows: Q4_1 4.10 -> 2.41 ms, Q8_0 5.26 -> 3.63 ms; at 2 rows the one-row form with
     # two accumulator sets was as fast (Q4_1 1.00 vs 0.96 ms) or faster (Q8_0 1.52 vs 1.68 ms).
@@ -419,12 +477,14 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
         quantize_rows_q8(x, MROWS, K, qx, dx, sx)
         comptime if pairs:
             pair_layout_q8[qtype](qx, dx, sx, nb, qx2, xs2, cx2)
+        comptime if octets:
+            octet_layout_q8[qtype](qx, dx, sx, nb, xo, co)
         comptime if mpairs:
             row_pair_layout_q8(qx, dx, sx, MROWS, nb, qxp, dxp, sxp)
     else:
         block_sums(x, nb, xsum)
 
-    def task(t: Int) {var y, var x, var xsum, var qx, var dx, var sx, var qx2, var xs2, var cx2, var qxp,
+    def task(t: Int) {var y, var x, var xsum, var qx, var dx, var sx, var qx2, var xs2, var cx2, var xo, var co, var qxp,
                       var dxp, var sxp, var w, var row_bytes, var N, var K, var per}:
         var n = t * per
         var end = min(N, n + per)
@@ -435,7 +495,7 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
             return
         comptime if pairs:
             while n < end:
-                _qgemv_row_q8_pairs[qtype](qx2, xs2, cx2, qx, dx, sx, w, row_bytes, y, n, K)
+                _qgemv_row_q8_pairs[qtype](qx2, xs2, cx2, xo, co, qx, dx, sx, w, row_bytes, y, n, K)
                 n += 1
             return
         while n + R <= end:
@@ -462,6 +522,8 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
     qx2.unsafe_free()
     xs2.unsafe_free()
     cx2.unsafe_free()
+    xo.unsafe_free()
+    co.unsafe_free()
     qxp.unsafe_free()
     dxp.unsafe_free()
     sxp.unsafe_free()

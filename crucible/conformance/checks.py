@@ -36,10 +36,11 @@ MATMUL_KN = ((576, 1536), (1536, 576), (577, 33), (100, 1537), (16, 5))
 # The CPU GEMM runs M in slabs of 2016 rows (matmul_cpu.mojo SLAB_M): 2100 rows take two.
 MATMUL_BIG = ((1, 4096, 4096), (8, 4096, 4096), (64, 4096, 4096), (2100, 64, 40))
 QTYPES = ("q4_0", "q4_1", "q8_0", "f16")
-# The batch-1 int8 path takes blocks in pairs, two pairs per step, then a lone pair and a lone block:
-# K = 64 is one lone pair, 96 (3 blocks) a lone pair and a lone block, 160 (5) one step and a lone
-# block, 576 (18) steps and a lone pair.
-QMATMUL_KN = ((576, 1536), (1536, 576), (64, 33), (96, 40), (160, 7), (4096, 96))
+# The batch-1 int8 path takes blocks in octets (AVX2 without VNNI, Q4), then pairs, two pairs per step,
+# then a lone pair and a lone block: K = 64 is one lone pair, 96 (3 blocks) a lone pair and a lone
+# block, 160 (5) one step and a lone block, 480 (15) an octet, a step, a lone pair and a lone block,
+# 576 (18) octets (or steps) and a lone pair.
+QMATMUL_KN = ((576, 1536), (1536, 576), (64, 33), (96, 40), (160, 7), (480, 24), (4096, 96))
 # (sequence lengths of new tokens, cached tokens per sequence, Hq, Hkv, D); page size 128.
 ATTENTION_CASES = (
     ((1,), (0,), 8, 8, 64),
