@@ -45,7 +45,8 @@ def block_kernel[D: Int](hq: Int, hkv: Int, reps: Int) raises:
     var per_task = tile_floats[D]()
     var work = scratch[F32](hkv * per_task)
     for g in range(hkv):
-        _tile_init[D](G, work.unsafe_offset(g * per_task), tile_ml[D](work.unsafe_offset(g * per_task)))
+        var mem = work.unsafe_offset(g * per_task)
+        _tile_init[D](G, mem, tile_ml[D](mem))
     var best = Float64(1e30)
     for _ in range(5):
         var t0 = perf_counter_ns()

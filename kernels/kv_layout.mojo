@@ -50,6 +50,8 @@ struct KVView[dtype: DType](Copyable, ImplicitlyCopyable, Movable):
     @staticmethod
     def ragged(k: Ptr[Self.dtype], v: Ptr[Self.dtype], Hkv: Int, D: Int) -> Self:
         """Contiguous K and V, [T, Hkv, D] each; key j of sequence b is row offsets[b] + j."""
+        # No page table. Pointer is non-nullable (a null one fails a compile-time constraint), so K's
+        # address stands in for it; it is never read while `paged` is False.
         return Self(k, v, rebind[Ptr[DType.uint32]](k), 0, 0, 0, Hkv * D, D, False)
 
     @staticmethod
@@ -66,7 +68,13 @@ struct KVView[dtype: DType](Copyable, ImplicitlyCopyable, Movable):
         var layer_stride = page_size * slot
         var kv_stride = n_layers * layer_stride
         var base = blocks.unsafe_offset(layer * layer_stride)
-        return Self(base, base.unsafe_offset(kv_stride), lookup, lookup_cols, page_size, 2 * kv_stride, slot, D, True)
+        return Self(base, base.unsafe_offset(kv_stride), lookup, lookup_cols, page_size,
+                    Self.dense_page_elems(n_layers, page_size, Hkv, D), slot, D, True)
+
+    @staticmethod
+    def dense_page_elems(n_layers: Int, page_size: Int, Hkv: Int, D: Int) -> Int:
+        """Elements per page of a dense cache [pages, 2, n_layers, page_size, Hkv, D] (see paged_dense)."""
+        return 2 * n_layers * page_size * Hkv * D
 
     @always_inline
     def base(self) -> Ptr[Self.dtype]:

@@ -79,7 +79,7 @@ def attentions[D: Int](ctx: DeviceContext) raises:
     lens[unsafe_offset=0] = 0
     attention_cpu[D](o, q, KVView[F32].ragged(k, v, HKV, D), offsets, lens, False, 1, HQ,
                      HKV, ctx)
-    var page = 2 * 16 * HKV * D
+    var page = KVView[F32].dense_page_elems(1, 16, HKV, D)
     var blocks = _zeros(2 * page)
     var lookup = scratch[DType.uint32](2)
     lookup[unsafe_offset=0] = 1
