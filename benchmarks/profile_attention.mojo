@@ -57,7 +57,7 @@ def block_kernel[D: Int](hq: Int, hkv: Int, reps: Int) raises:
                                       mem, tile_ml[D](mem), tile_scores[D](mem), tile_kt[D](mem))
         best = min(best, Float64(perf_counter_ns() - t0) / Float64(reps * KEYS * hkv))
     print("block kernel, one core, cache-resident, Hq", hq, "Hkv", hkv, "D", D, "keys", KEYS, ":", best,
-          "ns per key and kv head (checksum", work[0], ")")
+          "ns per key and kv head (checksum", work[unsafe_offset=0], ")")
     k.unsafe_free()
     v.unsafe_free()
     q.unsafe_free()
