@@ -75,7 +75,7 @@ def main() raises:
     block_kernel[D](hq, hkv, max(100, iters))
     var keys = cached + 1
     var pages = keys // PAGE + 1
-    var page_elems = 2 * PAGE * hkv * D
+    var page_elems = KVView[F32].dense_page_elems(1, PAGE, hkv, D)
     var blocks = scratch[F32](pages * page_elems)
     for i in range(pages * page_elems):
         blocks[unsafe_offset=i] = Float32((i * 7919) % 1000) * 0.001
