@@ -137,6 +137,16 @@ def dot_u8_i8_x2[w_max: Int = 255](
 
 
 @always_inline
+def fold_u8_i8_x2_avx2(
+    w_lo: SIMD[DType.uint8, 32], w_hi: SIMD[DType.uint8, 32], x_lo: SIMD[DType.int8, 32], x_hi: SIMD[DType.int8, 32]
+) -> SIMD[DType.int16, 16]:
+    """Int16 lane i = sum_{j < 2} (w_lo[2i + j] x_lo[2i + j] + w_hi[2i + j] x_hi[2i + j]): two vpmaddubsw
+    added as int16. AVX2 only; exact when 4 * max|w| * 127 < 2^15 (the callers' bound: nibbles)."""
+    return llvm_intrinsic["llvm.x86.avx2.pmadd.ub.sw", SIMD[DType.int16, 16]](w_lo, x_lo) + llvm_intrinsic[
+        "llvm.x86.avx2.pmadd.ub.sw", SIMD[DType.int16, 16]](w_hi, x_hi)
+
+
+@always_inline
 def dot_u8_i8_x2_fold[w_max: Int = 255](
     acc: SIMD[DType.int32, 8], w: SIMD[DType.uint8, 64], x: SIMD[DType.int8, 64]
 ) -> SIMD[DType.int32, 8]:
@@ -147,24 +157,27 @@ def dot_u8_i8_x2_fold[w_max: Int = 255](
     var x_lo = x.slice[32, offset=0]()
     var x_hi = x.slice[32, offset=32]()
     comptime if CompilationTarget.has_avx2() and not CompilationTarget.has_vnni() and w_max * 127 * 4 <= 32767:
-        var p16 = llvm_intrinsic["llvm.x86.avx2.pmadd.ub.sw", SIMD[DType.int16, 16]](w_lo, x_lo) + llvm_intrinsic[
-            "llvm.x86.avx2.pmadd.ub.sw", SIMD[DType.int16, 16]](w_hi, x_hi)
+        var p16 = fold_u8_i8_x2_avx2(w_lo, w_hi, x_lo, x_hi)
         return acc + llvm_intrinsic["llvm.x86.avx2.pmadd.wd", SIMD[DType.int32, 8]](p16, SIMD[DType.int16, 16](1))
     else:
         return dot_u8_i8[w_max](dot_u8_i8[w_max](acc, w_lo, x_lo), w_hi, x_hi)
 
 
 def pair_layout_q8[qtype: StaticString](
-    qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], nb: Int, qx2: I8Ptr, xs2: Ptr[F32], cx2: Ptr[DType.int32]
+    qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], nb: Int, qx2: I8Ptr, xs2: Ptr[F32], cx2: Ptr[DType.int32],
+    scales_from: Int = 0,
 ):
     """One quantized x row (quantize_rows_q8) -> the block-pair layout above, for nb // 2 pairs
-    (xs2 is written for Q4_1, cx2 for Q4_0)."""
+    (xs2 is written for Q4_1, cx2 for Q4_0, both only from pair `scales_from` on: with OCTETS the
+    pairs of whole octets read their scales from octet_layout_q8's arrays instead)."""
     for p in range(nb // 2):
         var b = 2 * p
         var xa = qx.unsafe_offset(b * 32).unsafe_load[width=32](0)
         var xb = qx.unsafe_offset(b * 32 + 32).unsafe_load[width=32](0)
         qx2.unsafe_offset(p * PAIR).unsafe_store(0, xa.slice[16, offset=0]().join(xb.slice[16, offset=0]()))
         qx2.unsafe_offset(p * PAIR + 32).unsafe_store(0, xa.slice[16, offset=16]().join(xb.slice[16, offset=16]()))
+        if p < scales_from:
+            continue
         comptime if qtype == "q4_1":
             xs2.unsafe_store(p * 4, SIMD[F32, 4](dx[unsafe_offset=b], sx[unsafe_offset=b],
                                                  dx[unsafe_offset=b + 1], sx[unsafe_offset=b + 1]))
@@ -225,9 +238,7 @@ def octet_dot(w_lo: Array[SIMD[DType.uint8, 32], 4], w_hi: Array[SIMD[DType.uint
     var p16 = Array[SIMD[DType.int16, 16], 4](fill=SIMD[DType.int16, 16](0))
     comptime for u in range(4):
         var xv = x.unsafe_offset(u * PAIR).unsafe_load[width=PAIR](0)
-        p16[u] = llvm_intrinsic["llvm.x86.avx2.pmadd.ub.sw", SIMD[DType.int16, 16]](
-            w_lo[u], xv.slice[32, offset=0]()) + llvm_intrinsic["llvm.x86.avx2.pmadd.ub.sw", SIMD[DType.int16, 16]](
-            w_hi[u], xv.slice[32, offset=32]())
+        p16[u] = fold_u8_i8_x2_avx2(w_lo[u], w_hi[u], xv.slice[32, offset=0](), xv.slice[32, offset=32]())
     var h01 = llvm_intrinsic["llvm.x86.avx2.phadd.w", SIMD[DType.int16, 16]](p16[0], p16[1])
     var h23 = llvm_intrinsic["llvm.x86.avx2.phadd.w", SIMD[DType.int16, 16]](p16[2], p16[3])
     var h = llvm_intrinsic["llvm.x86.avx2.phadd.w", SIMD[DType.int16, 16]](h01, h23)

@@ -48,7 +48,7 @@ from .common import BytePtr, F32, Ptr, ceil_div, cpu_threads, parallel_for, scra
 from .matmul_cpu import GEMV_MAX_M, gemm_cpu
 
 comptime QGEMV_MAX_M = 32
-from .quant import HALF, QBLOCK, block_bytes, block_scales, decode_block, dot_block, nibble_values
+from .quant import HALF, QBLOCK, block_bytes, block_d, block_scales, decode_block, dot_block, nibble_values
 from std.memory import bitcast
 from std.sys.info import CompilationTarget
 
@@ -119,15 +119,14 @@ def _int8_scales[qtype: StaticString](blk: BytePtr) -> SIMD[F32, 2]:
     """(d, coef) of a block for the int8 path: value = d * wbyte + coef, so a block's dot product is
     d * dx * dot(wbytes, qx) + coef * sx. coef: Q4_1's m, Q4_0's -8d, Q8_0's -128d (the +128 bias) or
     0 (SIGNED_Q8)."""
-    var dm = block_scales(blk)  # (d, m) for Q4_1
     comptime if qtype == "q4_1":
-        return dm
+        return block_scales(blk)  # (d, m)
     elif qtype == "q4_0":
-        return SIMD[F32, 2](dm[0], -8.0 * dm[0])
+        return block_d[2](blk) * SIMD[F32, 2](1.0, -8.0)
     elif SIGNED_Q8:
-        return SIMD[F32, 2](dm[0], 0.0)
+        return block_d[2](blk) * SIMD[F32, 2](1.0, 0.0)
     else:
-        return SIMD[F32, 2](dm[0], -128.0 * dm[0])
+        return block_d[2](blk) * SIMD[F32, 2](1.0, -128.0)
 
 
 @always_inline
@@ -181,12 +180,15 @@ def _qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
                         comptime if q4:
                             var q = blk.unsafe_offset(head).unsafe_load[width=HALF](0).cast[DType.int32]()
                             var t = nibble_values[base](q >> 4).fma(x1, nibble_values[base](q) * x0)
-                            var dm = block_scales(blk)  # (d, m) for Q4_1
-                            accu[u * R + r] = t.fma(SIMD[F32, HALF](dm[0]), accu[u * R + r])
                             comptime if qtype == "q4_1":
+                                var dm = block_scales(blk)  # (d, m)
+                                accu[u * R + r] = t.fma(SIMD[F32, HALF](dm[0]), accu[u * R + r])
                                 offset[u * R + r] += dm[1] * xsum[unsafe_offset=b]
-                            elif fold_q4_0:
-                                offset[u * R + r] += -8.0 * dm[0] * xsum[unsafe_offset=b]
+                            else:
+                                var d = block_d[HALF](blk)
+                                accu[u * R + r] = t.fma(d, accu[u * R + r])
+                                comptime if fold_q4_0:
+                                    offset[u * R + r] += -8.0 * d[0] * xsum[unsafe_offset=b]
                         else:
                             accu[u * R + r] += dot_block[qtype](blk, x0, x1)
             b0 += U
@@ -476,7 +478,8 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
     comptime if int8_act:
         quantize_rows_q8(x, MROWS, K, qx, dx, sx)
         comptime if pairs:
-            pair_layout_q8[qtype](qx, dx, sx, nb, qx2, xs2, cx2)
+            # With octets only the pairs after the last whole octet read xs2 / cx2.
+            pair_layout_q8[qtype](qx, dx, sx, nb, qx2, xs2, cx2, (nb // 8) * 4 if octets else 0)
         comptime if octets:
             octet_layout_q8[qtype](qx, dx, sx, nb, xo, co)
         comptime if mpairs:
