@@ -58,7 +58,8 @@ def block_d[W: Int](blk: BytePtr) -> SIMD[F32, W]:
     a live accumulator, so each block's scale waited for the previous block's FMA. AMD Zen 5 (AVX-512),
     one core, cache-resident (benchmarks/profile_qmatmul.mojo, f32 row kernel, 4096 x 128 rows, 3
     alternating runs): Q4_0 1.60-1.65 -> 0.80-1.02 ns per block, as fast as Q4_1 (whose 4-byte header
-    load merges into nothing).
+    load merges into nothing). Q8_0's float rows (dot_block), block decoding and the int8 path's scales
+    read d the same way; they were not timed on their own.
     """
     return SIMD[DType.float16, W](blk.unsafe_bitcast[Float16]()[unsafe_offset=0]).cast[F32]()
 
