@@ -27,8 +27,10 @@
 # (one task per head) read 512-byte rows 4 KB apart, which DRAM and the hardware prefetchers serve at
 # half the rate of contiguous rows. Zen 3, in-process A/B, 32/8 heads, D = 128: 4096 keys 2706-3076
 # -> 1956-2335 us; 1024 keys -7%; 9/3 heads 4096 keys -10 to -17%. Windows of 32 keys measured no
-# better; software prefetch of the next window's slots neither (the hardware prefetchers follow
-# slot order), so slot order only prefetches each block's value rows into L1 (_prefetch_block_rows).
+# better there (see SLOT_KEYS for AVX-512); software prefetch of the next window's slots neither (the
+# hardware prefetchers follow slot order; on Zen 5 two windows ahead gained only while the cache sat
+# in L3, not from DRAM), so slot order only prefetches each block's value rows into L1
+# (_prefetch_block_rows).
 # P @ V runs 4 query rows at a time (_pv_rows), reading each value row once per block instead of once
 # per row, and the prefetches go to L2: 4096 keys 1121-1193 -> 978-1015 us and then -5% (in-process
 # A/B of two kernel builds, same inputs, bit-identical outputs). Key and value rows are addressed by
@@ -49,7 +51,14 @@ comptime BK = 64          # keys per score block
 comptime NEG_INF = Float32(-3.0e38)
 comptime PF_KEYS = 16     # decode: software prefetch distance in keys (see _tile)
 comptime SLOT_PFK = 4     # slot-ordered decode: key rows prefetched this many keys ahead, into L1
-comptime SLOT_KEYS = 16   # slot-ordered decode: keys per window (all kv heads of them: 128 KB at 8 x 128)
+# Slot-ordered decode: keys per window (K and V of all kv heads: 8 KB a key at 8 x 128). 16 with AVX2,
+# where windows of 32 measured no better (Zen 3, 512 KB L2). 64 (= BK, the most one score block
+# takes) with AVX-512: the per-window softmax and setup are paid 4x less often. Zen 5 (1 MB L2),
+# benchmarks/profile_attention.mojo, 9 alternating rounds: block kernel in cache 18.4-19.3 ->
+# 15.5-16.9 ns per key and kv head (9 of 9); whole op 32/8 heads 4096 keys 835-1068 -> 795-980 us
+# (faster in 7 of 9), 1024 keys 153-200 -> 136-189 us (7 of 9); 4 rounds: 9/3 heads 512 keys 39-50
+# -> 35-42 us (4 of 4), 32/8 heads 256 keys mixed (66-75 vs 61-75 us).
+comptime SLOT_KEYS = 64 if FW == 16 else 16
 
 
 # One task's scratch, carved from one float allocation (shared by the tasks, the split merge and
