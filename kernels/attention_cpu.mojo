@@ -58,7 +58,7 @@ comptime SLOT_PFK = 4     # slot-ordered decode: key rows prefetched this many k
 # 15.5-16.9 ns per key and kv head (9 of 9); whole op 32/8 heads 4096 keys 835-1068 -> 795-980 us
 # (faster in 7 of 9), 1024 keys 153-200 -> 136-189 us (7 of 9); 4 rounds: 9/3 heads 512 keys 39-50
 # -> 35-42 us (4 of 4), 32/8 heads 256 keys mixed (66-75 vs 61-75 us).
-comptime SLOT_KEYS = 64 if FW == 16 else 16
+comptime SLOT_KEYS = BK if FW == 16 else 16
 
 
 # One task's scratch, carved from one float allocation (shared by the tasks, the split merge and

@@ -435,9 +435,8 @@ def _qgemv_row_q8_pairs[qtype: StaticString](
         var blk = row.unsafe_offset(b * bb)
         var q = blk.unsafe_offset(head).unsafe_load[width=HALF](0)
         var dp = dot_u8_i8[15](SIMD[DType.int32, 8](0), (q & 0xF).join(q >> 4), qx.unsafe_offset(b * QBLOCK).unsafe_load[width=32](0))
-        var dm = block_scales(blk)
-        var coef = dm[1] if qtype == "q4_1" else -8.0 * dm[0]
-        total += dp.cast[F32]().reduce_add() * dm[0] * dx[unsafe_offset=b] + coef * sx[unsafe_offset=b]
+        var dc = _int8_scales[qtype](blk)  # (d, coef): Q4_1's m or Q4_0's -8d
+        total += dp.cast[F32]().reduce_add() * dc[0] * dx[unsafe_offset=b] + dc[1] * sx[unsafe_offset=b]
     y[unsafe_offset=n] = total
 
 

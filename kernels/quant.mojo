@@ -37,7 +37,7 @@ def block_bytes[qtype: StaticString]() -> Int:
 
 @always_inline
 def block_scales(blk: BytePtr) -> SIMD[F32, 2]:
-    """The block's first two halves as floats: (d, m) for Q4_1, (d, two quant bytes) for Q4_0/Q8_0.
+    """The block's first two halves as floats: (d, m) for Q4_1 (Q4_0 / Q8_0 read d with block_d).
 
     CPU code only. One 4-byte load and one vector conversion: with two scalar half conversions (as
     load_f16_as_f32 does) the Q4_1 decode loop took 1.4x as long (768 rows x 576, cache-resident, one
