@@ -32,6 +32,10 @@
 #          Q8_0 there takes its signed bytes as they are (qdot_int8.SIGNED_Q8): 1536 x 576 (one op,
 #          both cores, standalone, medians of 6 alternating runs) M = 1 60 -> 50 us, M = 8 185 -> 144
 #          us; SmolLM2's 49152 x 576 lm_head from DRAM ~1.8 ms either way (memory-bound, noisy).
+#          With AVX-512 VBMI and GFNI (Zen 4/5, Ice Lake on) a pair's nibbles come from one 64-byte
+#          load, one byte permute and one bit-matrix op (NIBBLE_PERM) instead of two lane inserts, an
+#          and and a shift. Zen 5, profile_qmatmul, one core cache-resident, alternating runs: Q4_0
+#          0.62-0.64 -> 0.56-0.57 ns per block, Q4_1 0.66-0.67 -> 0.62-0.63.
 #   gemm   M > 32 (prefill). The fp32 GEMM of matmul_cpu.mojo with a packing step that decodes blocks
 #          into the KC x NR micro-panel; the float weights never exist beyond that panel.
 # Why 32: decode steps of SmolLM2 measured 17 ms at 8 sequences but 54 ms at 9 through the GEMM
@@ -42,7 +46,7 @@
 # 21 GB/s (23.7 with the prefetch); SmolLM2's batch-1 decode step went from 11.9 to 6.0 ms.
 
 from max.gpu.host import DeviceContext
-from std.sys import PrefetchOptions, prefetch
+from std.sys import PrefetchOptions, llvm_intrinsic, prefetch
 
 from .common import BytePtr, F32, Ptr, ceil_div, cpu_threads, parallel_for, scratch
 from .matmul_cpu import GEMV_MAX_M, gemm_cpu
@@ -298,6 +302,49 @@ def _pair_scale[L: Int, a: Int, b: Int, W: Int](v: SIMD[F32, W]) -> SIMD[F32, L]
         return rebind[SIMD[F32, L]](s8)
 
 
+# AVX-512 VBMI + GFNI (AMD Zen 4/5, Intel Ice Lake and later): a block pair's nibbles in the pair layout
+# [a lo, b lo, a hi, b hi] from one 64-byte load by one vpermb (the two blocks' packed bytes, each
+# twice) and one vgf2p8affineqb (a per-qword bit matrix: x & 0xF on the low 32 bytes, x >> 4 on the
+# high 32). The portable join takes two lane-crossing inserts, an and and a shift per pair.
+comptime NIBBLE_PERM = (
+    PAIR_LANES == 16 and CompilationTarget._has_feature["avx512vbmi"]() and CompilationTarget._has_feature["gfni"]()
+)
+
+
+def _pair_perm[qtype: StaticString, window: Int]() -> SIMD[DType.uint8, 64]:
+    # vpermb indices into window 0 (bytes [0, 64) of a group of 4 blocks: pair 0 = blocks 0, 1) or
+    # window 1 (bytes [4 bb - 64, 4 bb): pair 1 = blocks 2, 3): [a's 16 packed bytes, b's] twice.
+    comptime bb = block_bytes[qtype]()
+    comptime head = 4 if qtype == "q4_1" else 2
+    var start = 0 if window == 0 else 4 * bb - 64
+    var a = 2 * window * bb + head - start
+    var idx = SIMD[DType.uint8, 64](0)
+    for i in range(64):
+        idx[i] = UInt8((a + bb if (i // 16) % 2 == 1 else a) + i % 16)
+    return idx
+
+
+comptime _PERM[qtype: StaticString, window: Int] = _pair_perm[qtype, window]()
+
+
+def _nibble_matrix() -> SIMD[DType.uint8, 64]:
+    # vgf2p8affineqb matrices, one per qword: result bit i = parity(byte 7 - i of the matrix & x).
+    # Low 4 qwords: bit i <- bit i (i < 4), x & 0xF. High 4: bit i <- bit i + 4 (i < 4), x >> 4.
+    var m = SIMD[DType.uint64, 8](0)
+    for q in range(8):
+        m[q] = 0x0102040800000000 if q < 4 else 0x1020408000000000
+    return bitcast[DType.uint8, 64](m)
+
+
+comptime _NIBBLE_MATRIX = _nibble_matrix()
+
+
+@always_inline
+def _nibbles_vbmi(window: SIMD[DType.uint8, 64], perm: SIMD[DType.uint8, 64]) -> SIMD[DType.uint8, 64]:
+    var ab = llvm_intrinsic["llvm.x86.avx512.permvar.qi.512", SIMD[DType.uint8, 64]](window, perm)
+    return llvm_intrinsic["llvm.x86.vgf2p8affineqb.512", SIMD[DType.uint8, 64]](ab, _NIBBLE_MATRIX, Int8(0))
+
+
 @always_inline
 def _pair_group[qtype: StaticString, NP: Int](
     blk: BytePtr, xq: I8Ptr, xs: Ptr[F32], dx: Ptr[F32], cx: Ptr[DType.int32],
@@ -330,10 +377,20 @@ def _pair_group[qtype: StaticString, NP: Int](
             h[j] = blk.unsafe_offset(j * bb).unsafe_bitcast[UInt16]()[unsafe_offset=0]
         prod = rebind[SIMD[F32, 2 * NP * per_block]](
             bitcast[DType.float16, 2 * NP](h).cast[F32]() * dx.unsafe_load[width=2 * NP](0))
+    # The two 64-byte windows of the 4 blocks (NIBBLE_PERM): the first starts at block 0, the second
+    # ends with block 3, so neither reads outside the group.
+    var windows = Array[SIMD[DType.uint8, 64], 2](fill=SIMD[DType.uint8, 64](0))
+    comptime if NIBBLE_PERM and NP == 2:
+        windows[0] = blk.unsafe_load[width=64](0)
+        windows[1] = blk.unsafe_offset(4 * bb - 64).unsafe_load[width=64](0)
     comptime for u in range(NP):
-        var q = blk.unsafe_offset(2 * u * bb + head).unsafe_load[width=16](0).join(
-            blk.unsafe_offset((2 * u + 1) * bb + head).unsafe_load[width=16](0))
-        var wq = (q & 0xF).join(q >> 4)
+        var wq: SIMD[DType.uint8, 64]
+        comptime if NIBBLE_PERM and NP == 2:
+            wq = _nibbles_vbmi(windows[u], _PERM[qtype, u])
+        else:
+            var q = blk.unsafe_offset(2 * u * bb + head).unsafe_load[width=16](0).join(
+                blk.unsafe_offset((2 * u + 1) * bb + head).unsafe_load[width=16](0))
+            wq = (q & 0xF).join(q >> 4)
         var xv = xq.unsafe_offset(u * PAIR).unsafe_load[width=PAIR](0)
         var start = SIMD[DType.int32, L](0)
         comptime if not q4_1:
