@@ -1,4 +1,4 @@
-# Standalone batch-1 int8-activation qmatmul driver for profiling (kernels/qmatmul_cpu.mojo, act = "q8",
+# Standalone batch-1 int8-activation qmatmul driver for profiling (kernels/qgemv_rows_q8.mojo, act = "q8",
 # M = 1, Q4_0 and Q4_1): no graph, no JIT, so `perf annotate` sees the row kernel's instructions.
 # Timing only, no baseline: speed claims belong to `crucible bench kernels`.
 #
@@ -7,9 +7,9 @@
 #   perf record -o /tmp/perf.data /tmp/profile_qmatmul && perf annotate -i /tmp/perf.data --stdio
 #
 # Three numbers per block format:
-#   row kernel, one core: _qgemv_row_q8_pairs over N rows of K, the weights cache-resident (N x K small
+#   row kernel, one core: qgemv_row_q8_pairs over N rows of K, the weights cache-resident (N x K small
 #     enough for L2), best of `reps` timings of 20 passes: the compute cost per 32-value block.
-#   f32 row kernel, one core: the same for float activations (act = "f32", _qgemv_rows[1, 1]).
+#   f32 row kernel, one core: the same for float activations (act = "f32", qgemv_rows[1, 1]).
 #   whole op: qmatmul_cpu on both cores over distinct weight copies totalling >= 64 MB, so the weights
 #     stream from DRAM as in a model's decode step, with its parallel hand-off.
 # Weights are synthetic bytes with valid half-precision headers; the printed checksum only keeps the
@@ -21,7 +21,9 @@ from std.time import perf_counter_ns
 
 from kernels.common import BytePtr, F32, scratch
 from kernels.qdot_int8 import I8Ptr, octet_floats, octet_layout_q8, pair_layout_q8, quantize_rows_q8
-from kernels.qmatmul_cpu import _qgemv_row_q8_pairs, _qgemv_rows, block_sums, qmatmul_cpu
+from kernels.qgemv_rows import block_sums, qgemv_rows
+from kernels.qgemv_rows_q8 import qgemv_row_q8_pairs
+from kernels.qmatmul_cpu import qmatmul_cpu
 from kernels.quant import QBLOCK, block_bytes
 
 
@@ -69,13 +71,13 @@ def profile[qtype: StaticString](N: Int, K: Int, reps: Int, ctx: DeviceContext) 
         var t0 = perf_counter_ns()
         for _ in range(20):
             for n in range(N):
-                _qgemv_row_q8_pairs[qtype](qx2, xs2, cx2, xo, co, qx, dx, sx, w, row_bytes, y, n, K)
+                qgemv_row_q8_pairs[qtype](qx2, xs2, cx2, xo, co, qx, dx, sx, w, row_bytes, y, n, K)
         best = min(best, Float64(perf_counter_ns() - t0) / 20.0)
     var check = y[unsafe_offset=0]
     print(qtype, "row kernel, one core, cache-resident, N", N, "K", K, ":", best / Float64(N * nb), "ns per block,",
           Float64(N * row_bytes) / best, "GB/s of weights")
 
-    # The float-activation row kernel (act = "f32", _qgemv_rows[1, 1]) on the same weights, for comparison.
+    # The float-activation row kernel (act = "f32", qgemv_rows[1, 1]) on the same weights, for comparison.
     var xsum = scratch[F32](nb)
     block_sums(x, nb, xsum)
     var best_f32 = Float64(1e30)
@@ -83,7 +85,7 @@ def profile[qtype: StaticString](N: Int, K: Int, reps: Int, ctx: DeviceContext) 
         var t0 = perf_counter_ns()
         for _ in range(20):
             for n in range(N):
-                _qgemv_rows[1, 1, qtype](x, xsum, w, row_bytes, y, n, N, K)
+                qgemv_rows[1, 1, qtype](x, xsum, w, row_bytes, y, n, N, K)
         best_f32 = min(best_f32, Float64(perf_counter_ns() - t0) / 20.0)
     print(qtype, "f32 row kernel, one core, cache-resident, N", N, "K", K, ":", best_f32 / Float64(N * nb),
           "ns per block (checksum", y[unsafe_offset=0], ")")

@@ -118,7 +118,7 @@ def quantize_rows_q8(x: Ptr[F32], rows: Int, K: Int, qx: I8Ptr, dx: Ptr[F32], sx
 #      to the same block, so one conversion, one scale multiply and one FMA serve the pair. With AVX2
 #      (no VNNI) the two vpmaddubsw halves are added as int16 before one vpmaddwd (exact: 4 products of
 #      at most 15 * 127 fit int16). AMD Zen 3, one core, cache-resident, 16 -> 8 lanes: see
-#      qmatmul_cpu.mojo's header.
+#      qgemv_rows_q8.mojo's header.
 comptime PAIR = 64
 comptime PAIR_LANES = 16 if CompilationTarget.has_vnni() and CompilationTarget.has_avx512f() else 8
 

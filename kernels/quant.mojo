@@ -117,7 +117,7 @@ def dot_block[qtype: StaticString](blk: BytePtr, x0: SIMD[F32, HALF], x1: SIMD[F
     """Lane-wise partial products of one block with x (sum the lanes for the dot product).
 
     For Q8_0 the scale is applied once per block to the combined products instead of to every weight.
-    (Q4_0/Q4_1 decode rows take their own path in qmatmul_cpu.mojo, with the offset term per block.)
+    (Q4_0/Q4_1 decode rows take their own path in qgemv_rows.mojo, with the offset term per block.)
     """
     comptime if qtype == "q8_0":
         var q0 = blk.unsafe_offset(2).unsafe_load[width=HALF](0)

@@ -1,0 +1,105 @@
+# Float-activation decode rows of crucible.qmatmul on CPU (act = "f32", M <= 32): y[m, n] =
+# x[m, :] . dequant(W[n, :]) with each GGUF block decoded in registers, never to memory. The
+# dispatch over rows and cores is qmatmul_cpu.mojo's; the int8-activation rows are qgemv_rows_q8.mojo.
+
+from std.sys import PrefetchOptions, prefetch
+from std.sys.info import CompilationTarget
+
+from .common import BytePtr, F32, Ptr
+from .quant import HALF, QBLOCK, block_bytes, block_d, block_scales, decode_block, dot_block, nibble_values
+
+
+# Software prefetch distance along a weight row stream. 4 KB rather than 1 KB: at ~20-30 GB/s per core a
+# 1 KB lead is ~40 ns, well under this VM's DRAM latency. A/B, chains of distinct copies from DRAM,
+# per op: Q8_0 49152 x 576 (SmolLM2's lm_head) 612-625 -> 568-573 us (act f32), 558-569 -> 472-477 us
+# (act q8); Q4_1 4096 x 4096 263-269 -> 246-248 us (f32), 216 -> 194-197 us (q8); Q4_0 4096 act q8
+# 201-225 -> 180-202 us, act f32 229-231 -> 232-235 us (compute-bound); Q4_0 576 x 1536 act q8
+# 17.6-18.9 -> 15.8-17.4 us. 2 KB and 8 KB measured between or mixed; M = 8 and 16 unchanged. SmolLM2
+# batch-1 decode step, alternating processes, 4 rounds: 5.74 / 5.85 / 4.89 / 5.22 -> 4.90 / 5.45 /
+# 5.39 / 4.63 ms (host noise is large; 3 of 4 rounds faster).
+comptime PREFETCH_BYTES = 4096
+
+
+@always_inline
+def prefetch_ahead(p: BytePtr):
+    comptime if PREFETCH_BYTES > 0:
+        prefetch[PrefetchOptions().for_read().high_locality()](p.unsafe_offset(PREFETCH_BYTES))
+
+
+def block_sums(x: Ptr[F32], nb: Int, xsum: Ptr[F32]):
+    """Sets xsum[b] = the sum of x[32 b : 32 b + 32] for b < nb: the float Q4 decode rows' offset term."""
+    for b in range(nb):
+        xsum[unsafe_offset=b] = (x.unsafe_load[width=HALF](b * QBLOCK) + x.unsafe_load[width=HALF](b * QBLOCK + HALF)).reduce_add()
+
+
+@always_inline
+def qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
+    x: Ptr[F32], xsum: Ptr[F32], w: BytePtr, row_bytes: Int, y: Ptr[F32], n0: Int, N: Int, K: Int
+):
+    # y[m, n0:n0+R] = x[m, :] . dequant(W[n0:n0+R, :]) for m < MROWS. xsum[b] = sum of x[0, block b].
+    comptime bb = block_bytes[qtype]()
+    comptime U = 2 if MROWS * R <= 2 else 1
+    comptime if MROWS == 1:
+        # Decode rows. Q4: each nibble becomes a float by table lookup (quant.nibble_values; Q4_0's -8
+        # sits in the table), the scale d multiplies the block's combined products once, and Q4_1's
+        # offset m is applied once per block through the block sum of x, as a scalar. Q8_0 / F16:
+        # dot_block.
+        comptime q4 = qtype == "q4_0" or qtype == "q4_1"
+        comptime head = 2 if qtype == "q4_0" else 4
+        # Q4_0's -8: in the AVX-512 lookup table for free; elsewhere nibble_values would spend 4
+        # vector adds per block on it, so it joins the offset term as -8d * (block sum of x), as
+        # Q4_1's m does. Zen 3, one core, cache-resident (benchmarks/profile_qmatmul.mojo, f32 row
+        # kernel, 4096 x 128 rows, 6 alternating runs): medians 3.05 -> 2.85 ns per block, minimums
+        # the same within noise (2.56 / 2.61). Small: the int32 widening and conversions dominate.
+        comptime fold_q4_0 = qtype == "q4_0" and not CompilationTarget.has_avx512f()
+        comptime base = -8 if qtype == "q4_0" and not fold_q4_0 else 0
+        # U independent accumulators per row (blocks b, b + 1, ...): one FMA chain per row would
+        # bound a row at one block per FMA latency (~4 cycles, 20 bytes: ~18 GB/s per core).
+        var accu = Array[SIMD[F32, HALF], U * R](fill=SIMD[F32, HALF](0))
+        var offset = Array[Float32, U * R](fill=0)
+        var nb = K // QBLOCK
+        var b0 = 0
+        while b0 < nb:
+            comptime for u in range(U):
+                var b = b0 + u
+                if b < nb:
+                    var x0 = x.unsafe_load[width=HALF](b * QBLOCK)
+                    var x1 = x.unsafe_load[width=HALF](b * QBLOCK + HALF)
+                    comptime for r in range(R):
+                        var blk = w.unsafe_offset((n0 + r) * row_bytes + b * bb)
+                        prefetch_ahead(blk)
+                        comptime if q4:
+                            var q = blk.unsafe_offset(head).unsafe_load[width=HALF](0).cast[DType.int32]()
+                            var t = nibble_values[base](q >> 4).fma(x1, nibble_values[base](q) * x0)
+                            comptime if qtype == "q4_1":
+                                var dm = block_scales(blk)  # (d, m)
+                                accu[u * R + r] = t.fma(SIMD[F32, HALF](dm[0]), accu[u * R + r])
+                                offset[u * R + r] += dm[1] * xsum[unsafe_offset=b]
+                            else:
+                                var d = block_d[HALF](blk)
+                                accu[u * R + r] = t.fma(d, accu[u * R + r])
+                                comptime if fold_q4_0:
+                                    offset[u * R + r] += -8.0 * d[0] * xsum[unsafe_offset=b]
+                        else:
+                            accu[u * R + r] += dot_block[qtype](blk, x0, x1)
+            b0 += U
+        comptime for r in range(R):
+            var total = accu[r].reduce_add() + offset[r]
+            comptime for u in range(1, U):
+                total += accu[u * R + r].reduce_add() + offset[u * R + r]
+            y[unsafe_offset=n0 + r] = total
+        return
+    # MROWS > 1: each block decoded once, reused by every x row.
+    var acc = Array[SIMD[F32, HALF], MROWS * R](fill=SIMD[F32, HALF](0))
+    for b in range(K // QBLOCK):
+        comptime for r in range(R):
+            prefetch_ahead(w.unsafe_offset((n0 + r) * row_bytes + b * bb))
+        comptime for r in range(R):
+            var v = decode_block[qtype](w.unsafe_offset((n0 + r) * row_bytes + b * bb))
+            comptime for m in range(MROWS):
+                var x0 = x.unsafe_load[width=HALF](m * K + b * QBLOCK)
+                var x1 = x.unsafe_load[width=HALF](m * K + b * QBLOCK + HALF)
+                acc[m * R + r] = v[1].fma(x1, v[0].fma(x0, acc[m * R + r]))
+    comptime for m in range(MROWS):
+        comptime for r in range(R):
+            y[unsafe_offset=m * N + n0 + r] = acc[m * R + r].reduce_add()

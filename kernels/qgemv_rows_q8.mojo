@@ -1,0 +1,381 @@
+# Int8-activation decode rows of crucible.qmatmul on CPU (act = "q8", M <= 32): x quantized to
+# int8 per 32-value block (qdot_int8.mojo), integer block dot products. The dispatch over rows and
+# cores is qmatmul_cpu.mojo's; the float-activation rows are qgemv_rows.mojo.
+#
+# The same passes as the float rows; one weight row in flight. M = 1 with Q4_0/Q4_1 takes two blocks
+# per 512-bit dot product (block pairs, x rearranged once per call): Q4_1 4096 x 4096
+# 248 -> 202 us (42 -> 52 GB/s) in the kernel benchmark. Q4_0's -8 offset is folded into
+# the start value of each dot product (exact, integer): 0.62 -> 0.57 ns per block on one
+# core in cache; the 4096 x 4096 op now reads as many GB/s as Q4_1 (time ratio to Q4_1
+# 0.93-0.95 -> 0.91-0.92, the ratio of their bytes being 0.9). 3 to 8 rows take two x rows
+# per 512-bit dot product (row pairs, see qgemv_row_q8_mpairs). Without VNNI (AVX2, e.g. AMD
+# Zen 3) the dot products are vpmaddubsw pairs (qdot_int8.mojo) instead of a scalar emulation:
+# Q4_1 4096 x 4096 at 2 rows 6.84 -> 1.00 ms, at 8 rows 21.95 -> 4.10 ms (2.41 with row pairs).
+# Without 512-bit VNNI a pair's two 256-bit halves are folded onto one 8-lane result
+# (qdot_int8.dot_u8_i8_x2_fold), and two pairs share one header conversion and one scale
+# multiply (_pair_group). Zen 3, benchmarks/profile_qmatmul.mojo, 8 alternating runs each,
+# medians: one core cache-resident ~1.5-1.65 -> ~1.3 ns per block; whole op from DRAM on both
+# cores Q4_0 15.7 -> 17.3 GB/s, Q4_1 16.3 -> 17.8 GB/s (the host read ~20 GB/s at the time).
+# AVX2 without VNNI then reduces whole octets of 8 blocks (4 pairs) together (_octet;
+# qdot_int8.mojo, block octets): per 8 blocks one header gather and conversion, one int
+# conversion and one FMA, and no scale shuffles. Zen 3, profile_qmatmul, 6 alternating runs:
+# one core cache-resident Q4_0 1.04-1.40 -> 0.82-1.07 ns per block, Q4_1 1.03-1.33 -> 0.88-1.28;
+# the whole op from DRAM unchanged within the noise (the host read 10-15 GB/s at the time).
+# Q8_0 there takes its signed bytes as they are (qdot_int8.SIGNED_Q8): 1536 x 576 (one op,
+# both cores, standalone, medians of 6 alternating runs) M = 1 60 -> 50 us, M = 8 185 -> 144
+# us; SmolLM2's 49152 x 576 lm_head from DRAM ~1.8 ms either way (memory-bound, noisy).
+# With AVX-512 VBMI and GFNI (Zen 4/5, Ice Lake on) a pair's nibbles come from one 64-byte
+# load, one byte permute and one bit-matrix op (NIBBLE_PERM) instead of two lane inserts, an
+# and and a shift. Zen 5, profile_qmatmul, one core cache-resident, alternating runs: Q4_0
+# 0.62-0.64 -> 0.56-0.57 ns per block, Q4_1 0.66-0.67 -> 0.62-0.63.
+
+from std.memory import bitcast
+from std.sys import llvm_intrinsic
+from std.sys.info import CompilationTarget
+
+from .common import BytePtr, F32, Ptr
+from .qdot_int8 import (
+    OCTETS, PAIR, PAIR_LANES, SIGNED_Q8, I8Ptr, dot_i8_i8, dot_u8_i8, dot_u8_i8_x2, dot_u8_i8_x2_fold, octet_block,
+    octet_dot, octet_floats,
+)
+from .qgemv_rows import prefetch_ahead
+from .quant import HALF, QBLOCK, block_bytes, block_d, block_scales
+
+
+def w_max_of[qtype: StaticString]() -> Int:
+    """Largest weight byte the int8 path feeds dot_u8_i8: nibbles, or Q8_0's biased bytes."""
+    return 255 if qtype == "q8_0" else 15
+
+
+@always_inline
+def _int8_weights[qtype: StaticString](blk: BytePtr) -> SIMD[DType.uint8, 32]:
+    """A block's 32 weights as _wdot takes them: nibbles, Q8_0's bytes + 128, or with SIGNED_Q8 Q8_0's
+    bytes as they are."""
+    comptime if qtype == "q8_0":
+        comptime if SIGNED_Q8:
+            return blk.unsafe_offset(2).unsafe_load[width=32](0)
+        return blk.unsafe_offset(2).unsafe_load[width=32](0) ^ 0x80
+    else:
+        comptime head = 4 if qtype == "q4_1" else 2
+        var q = blk.unsafe_offset(head).unsafe_load[width=HALF](0)
+        return (q & 0xF).join(q >> 4)
+
+
+@always_inline
+def _wdot[qtype: StaticString](acc: SIMD[DType.int32, 8], w: SIMD[DType.uint8, 32], x: SIMD[DType.int8, 32]) -> SIMD[DType.int32, 8]:
+    """acc + the int32 lane sums of a block's weights (_int8_weights) times x bytes."""
+    comptime if qtype == "q8_0" and SIGNED_Q8:
+        return dot_i8_i8(acc, bitcast[DType.int8, 32](w), x)
+    else:
+        return dot_u8_i8[w_max_of[qtype]()](acc, w, x)
+
+
+@always_inline
+def _wdot_x2[qtype: StaticString](acc: SIMD[DType.int32, 16], w: SIMD[DType.uint8, 64], x: SIMD[DType.int8, 64]) -> SIMD[DType.int32, 16]:
+    """_wdot over two blocks' worth of bytes (64 weights, 64 x bytes)."""
+    comptime if qtype == "q8_0" and SIGNED_Q8:
+        var lo = _wdot[qtype](acc.slice[8, offset=0](), w.slice[32, offset=0](), x.slice[32, offset=0]())
+        var hi = _wdot[qtype](acc.slice[8, offset=8](), w.slice[32, offset=32](), x.slice[32, offset=32]())
+        return lo.join(hi)
+    else:
+        return dot_u8_i8_x2[w_max_of[qtype]()](acc, w, x)
+
+
+@always_inline
+def _int8_scales[qtype: StaticString](blk: BytePtr) -> SIMD[F32, 2]:
+    """(d, coef) of a block for the int8 path: value = d * wbyte + coef, so a block's dot product is
+    d * dx * dot(wbytes, qx) + coef * sx. coef: Q4_1's m, Q4_0's -8d, Q8_0's -128d (the +128 bias) or
+    0 (SIGNED_Q8)."""
+    comptime if qtype == "q4_1":
+        return block_scales(blk)  # (d, m)
+    elif qtype == "q4_0":
+        return block_d[2](blk) * SIMD[F32, 2](1.0, -8.0)
+    elif SIGNED_Q8:
+        return block_d[2](blk) * SIMD[F32, 2](1.0, 0.0)
+    else:
+        return block_d[2](blk) * SIMD[F32, 2](1.0, -128.0)
+
+
+@always_inline
+def _has_coef[qtype: StaticString]() -> Bool:
+    """Whether the int8 path's offset term (coef * sx) is needed: coef is 0 for signed Q8_0 bytes."""
+    return not (qtype == "q8_0" and SIGNED_Q8)
+
+
+@always_inline
+def qgemv_rows_q8[MROWS: Int, R: Int, qtype: StaticString](
+    qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], w: BytePtr, row_bytes: Int, y: Ptr[F32], n0: Int, N: Int, K: Int
+):
+    # y[m, n0:n0+R] for m < MROWS from int8 activations (qdot_int8.mojo): per block and row one integer
+    # dot product per x row, scaled by d * dx; the offset term (Q4_1 m, Q4_0 -8d, Q8_0 -128d) times sx.
+    comptime bb = block_bytes[qtype]()
+    var nb = K // QBLOCK
+    # U accumulator sets over consecutive blocks when few rows are in flight (see qgemv_rows.mojo).
+    comptime U = 2 if MROWS * R <= 2 else 1
+    var acc = Array[SIMD[F32, 8], U * MROWS * R](fill=SIMD[F32, 8](0))
+    var offset = Array[Float32, U * MROWS * R](fill=0)
+    var b0 = 0
+    while b0 < nb:
+        comptime for u in range(U):
+            var b = b0 + u
+            if b < nb:
+                comptime for r in range(R):
+                    var blk = w.unsafe_offset((n0 + r) * row_bytes + b * bb)
+                    prefetch_ahead(blk)
+                    var wq = _int8_weights[qtype](blk)
+                    var dc = _int8_scales[qtype](blk)
+                    var d = dc[0]
+                    var coef = dc[1]
+                    comptime for m in range(MROWS):
+                        comptime i = (u * MROWS + m) * R + r
+                        var xb = qx.unsafe_offset(m * K + b * QBLOCK).unsafe_load[width=32](0)
+                        var dp = _wdot[qtype](SIMD[DType.int32, 8](0), wq, xb)
+                        acc[i] = dp.cast[F32]().fma(SIMD[F32, 8](d * dx[unsafe_offset=m * nb + b]), acc[i])
+                        comptime if _has_coef[qtype]():
+                            offset[i] += coef * sx[unsafe_offset=m * nb + b]
+        b0 += U
+    comptime for m in range(MROWS):
+        comptime for r in range(R):
+            var total = Float32(0)
+            comptime for u in range(U):
+                total += acc[(u * MROWS + m) * R + r].reduce_add() + offset[(u * MROWS + m) * R + r]
+            y[unsafe_offset=m * N + n0 + r] = total
+
+
+@always_inline
+def qgemv_row_q8_mpairs[MROWS: Int, qtype: StaticString](
+    qxp: I8Ptr, dxp: Ptr[F32], sxp: Ptr[F32], w: BytePtr, row_bytes: Int, y: Ptr[F32], n: Int, N: Int, K: Int
+):
+    # y[m, n] for m < MROWS (3..8) from int8 activations, two x rows per 512-bit dot product: the
+    # block's 32 weight bytes are repeated into both halves and dotted with x rows 2j and 2j+1
+    # (row_pair_layout_q8), so one instruction, one conversion and one FMA serve two rows, and the
+    # offset term is one FMA over all rows.
+    comptime bb = block_bytes[qtype]()
+    comptime MP = (MROWS + 1) // 2
+    var nb = K // QBLOCK
+    var row = w.unsafe_offset(n * row_bytes)
+    var acc = Array[SIMD[F32, 16], MP](fill=SIMD[F32, 16](0))
+    var off = SIMD[F32, 8](0)
+    for b in range(nb):
+        var blk = row.unsafe_offset(b * bb)
+        prefetch_ahead(blk)
+        var wq = _int8_weights[qtype](blk)
+        var w2 = wq.join(wq)
+        var dc = _int8_scales[qtype](blk)
+        var d = dc[0]
+        var coef = dc[1]
+        comptime for j in range(MP):
+            var xq = qxp.unsafe_offset((b * MP + j) * PAIR).unsafe_load[width=PAIR](0)
+            var dp = _wdot_x2[qtype](SIMD[DType.int32, 16](0), w2, xq)
+            acc[j] = dp.cast[F32]().fma(dxp.unsafe_load[width=16]((b * MP + j) * 16) * d, acc[j])
+        comptime if _has_coef[qtype]():
+            off = sxp.unsafe_load[width=8](b * 8).fma(SIMD[F32, 8](coef), off)
+    comptime for j in range(MP):
+        y[unsafe_offset=(2 * j) * N + n] = acc[j].slice[8, offset=0]().reduce_add() + off[2 * j]
+        comptime if 2 * j + 1 < MROWS:
+            y[unsafe_offset=(2 * j + 1) * N + n] = acc[j].slice[8, offset=8]().reduce_add() + off[2 * j + 1]
+
+
+@always_inline
+def _pair_scale[L: Int, a: Int, b: Int, W: Int](v: SIMD[F32, W]) -> SIMD[F32, L]:
+    """[v[a] x4, v[b] x4], repeated to L lanes: the scale of each int32 lane of a pair's dot product."""
+    var s8 = SIMD[F32, 4](v[a]).join(SIMD[F32, 4](v[b]))
+    comptime if L == 16:
+        return rebind[SIMD[F32, L]](s8.join(s8))
+    else:
+        return rebind[SIMD[F32, L]](s8)
+
+
+# AVX-512 VBMI + GFNI (AMD Zen 4/5, Intel Ice Lake and later): a block pair's nibbles in the pair layout
+# [a lo, b lo, a hi, b hi] from one 64-byte load by one vpermb (the two blocks' packed bytes, each
+# twice) and one vgf2p8affineqb (a per-qword bit matrix: x & 0xF on the low 32 bytes, x >> 4 on the
+# high 32). The portable join takes two lane-crossing inserts, an and and a shift per pair.
+comptime NIBBLE_PERM = (
+    PAIR_LANES == 16 and CompilationTarget._has_feature["avx512vbmi"]() and CompilationTarget._has_feature["gfni"]()
+)
+
+
+def _pair_perm[qtype: StaticString, window: Int]() -> SIMD[DType.uint8, 64]:
+    # vpermb indices into window 0 (bytes [0, 64) of a group of 4 blocks: pair 0 = blocks 0, 1) or
+    # window 1 (bytes [4 bb - 64, 4 bb): pair 1 = blocks 2, 3): [a's 16 packed bytes, b's] twice.
+    comptime bb = block_bytes[qtype]()
+    comptime head = 4 if qtype == "q4_1" else 2
+    var start = 0 if window == 0 else 4 * bb - 64
+    var a = 2 * window * bb + head - start
+    var idx = SIMD[DType.uint8, 64](0)
+    for i in range(64):
+        idx[i] = UInt8((a + bb if (i // 16) % 2 == 1 else a) + i % 16)
+    return idx
+
+
+comptime _PERM[qtype: StaticString, window: Int] = _pair_perm[qtype, window]()
+
+
+def _nibble_matrix() -> SIMD[DType.uint8, 64]:
+    # vgf2p8affineqb matrices, one per qword: result bit i = parity(byte 7 - i of the matrix & x).
+    # Low 4 qwords: bit i <- bit i (i < 4), x & 0xF. High 4: bit i <- bit i + 4 (i < 4), x >> 4.
+    var m = SIMD[DType.uint64, 8](0)
+    for q in range(8):
+        m[q] = 0x0102040800000000 if q < 4 else 0x1020408000000000
+    return bitcast[DType.uint8, 64](m)
+
+
+comptime _NIBBLE_MATRIX = _nibble_matrix()
+
+
+@always_inline
+def _nibbles_vbmi(window: SIMD[DType.uint8, 64], perm: SIMD[DType.uint8, 64]) -> SIMD[DType.uint8, 64]:
+    var ab = llvm_intrinsic["llvm.x86.avx512.permvar.qi.512", SIMD[DType.uint8, 64]](window, perm)
+    return llvm_intrinsic["llvm.x86.vgf2p8affineqb.512", SIMD[DType.uint8, 64]](ab, _NIBBLE_MATRIX, Int8(0))
+
+
+@always_inline
+def _pair_group[qtype: StaticString, NP: Int](
+    blk: BytePtr, xq: I8Ptr, xs: Ptr[F32], dx: Ptr[F32], cx: Ptr[DType.int32],
+    mut acc: Array[SIMD[F32, PAIR_LANES], NP], mut off: SIMD[F32, 4 * NP],
+):
+    # NP (1 or 2) consecutive block pairs of one weight row from `blk` on; xq, xs, cx point at the first
+    # pair's x data and dx at its first block's scale (qdot_int8.mojo, block pairs). All 2 NP headers are
+    # converted by one instruction and multiplied by x's scales in one more, so a pair's float work is
+    # its lane scales (a broadcast of two values), one conversion and one FMA.
+    comptime bb = block_bytes[qtype]()
+    comptime head = 4 if qtype == "q4_1" else 2
+    comptime L = PAIR_LANES
+    comptime q4_1 = qtype == "q4_1"
+    comptime per_block = 2 if q4_1 else 1  # lanes per block in prod
+    prefetch_ahead(blk)
+    comptime if NP * 2 * bb > 64:
+        prefetch_ahead(blk.unsafe_offset(64))
+    # prod: Q4_1 (d dx, m sx) per block; Q4_0 d dx per block.
+    var prod: SIMD[F32, 2 * NP * per_block]
+    comptime if q4_1:
+        var h = SIMD[DType.uint32, 2 * NP](0)
+        comptime for j in range(2 * NP):
+            h[j] = blk.unsafe_offset(j * bb).unsafe_bitcast[UInt32]()[unsafe_offset=0]
+        var p4 = bitcast[DType.float16, 4 * NP](h).cast[F32]() * xs.unsafe_load[width=4 * NP](0)
+        off += p4
+        prod = rebind[SIMD[F32, 2 * NP * per_block]](p4)
+    else:
+        var h = SIMD[DType.uint16, 2 * NP](0)
+        comptime for j in range(2 * NP):
+            h[j] = blk.unsafe_offset(j * bb).unsafe_bitcast[UInt16]()[unsafe_offset=0]
+        prod = rebind[SIMD[F32, 2 * NP * per_block]](
+            bitcast[DType.float16, 2 * NP](h).cast[F32]() * dx.unsafe_load[width=2 * NP](0))
+    # The two 64-byte windows of the 4 blocks (NIBBLE_PERM): the first starts at block 0, the second
+    # ends with block 3, so neither reads outside the group.
+    var windows = Array[SIMD[DType.uint8, 64], 2](fill=SIMD[DType.uint8, 64](0))
+    comptime if NIBBLE_PERM and NP == 2:
+        windows[0] = blk.unsafe_load[width=64](0)
+        windows[1] = blk.unsafe_offset(4 * bb - 64).unsafe_load[width=64](0)
+    comptime for u in range(NP):
+        var wq: SIMD[DType.uint8, 64]
+        comptime if NIBBLE_PERM and NP == 2:
+            wq = _nibbles_vbmi(windows[u], _PERM[qtype, u])
+        else:
+            var q = blk.unsafe_offset(2 * u * bb + head).unsafe_load[width=16](0).join(
+                blk.unsafe_offset((2 * u + 1) * bb + head).unsafe_load[width=16](0))
+            wq = (q & 0xF).join(q >> 4)
+        var xv = xq.unsafe_offset(u * PAIR).unsafe_load[width=PAIR](0)
+        var start = SIMD[DType.int32, L](0)
+        comptime if not q4_1:
+            start = cx.unsafe_load[width=L](u * L)
+        var dp: SIMD[DType.int32, L]
+        comptime if L == 16:
+            dp = rebind[SIMD[DType.int32, L]](dot_u8_i8_x2[15](rebind[SIMD[DType.int32, 16]](start), wq, xv))
+        else:
+            dp = rebind[SIMD[DType.int32, L]](dot_u8_i8_x2_fold[15](rebind[SIMD[DType.int32, 8]](start), wq, xv))
+        var scale = _pair_scale[L, 2 * u * per_block, (2 * u + 1) * per_block](prod)
+        acc[u] = dp.cast[F32]().fma(scale, acc[u])
+
+
+@always_inline
+def _octet[qtype: StaticString](
+    blk: BytePtr, xq: I8Ptr, xo: Ptr[F32], co: Ptr[DType.int32], mut acc: SIMD[F32, 8], mut moff: SIMD[F32, 8]
+):
+    # 8 consecutive blocks of one weight row from `blk` on (4 block pairs; qdot_int8.mojo, block octets);
+    # xq points at the first pair's qx2 bytes, xo / co at the octet's x data. acc += the blocks'
+    # d dx dot (Q4_0 with its -8 offset inside the dot), moff += Q4_1's m sx, lane k for block
+    # octet_block(k).
+    comptime bb = block_bytes[qtype]()
+    comptime q4_1 = qtype == "q4_1"
+    comptime head = 4 if q4_1 else 2
+    comptime for i in range(0, 8 * bb, 64):
+        prefetch_ahead(blk.unsafe_offset(i))
+    var w_lo = Array[SIMD[DType.uint8, 32], 4](fill=SIMD[DType.uint8, 32](0))
+    var w_hi = Array[SIMD[DType.uint8, 32], 4](fill=SIMD[DType.uint8, 32](0))
+    comptime for u in range(4):
+        var q = blk.unsafe_offset(2 * u * bb + head).unsafe_load[width=16](0).join(
+            blk.unsafe_offset((2 * u + 1) * bb + head).unsafe_load[width=16](0))
+        w_lo[u] = q & 0xF
+        w_hi[u] = q >> 4
+    var dot = octet_dot(w_lo, w_hi, xq)
+    var d: SIMD[F32, 8]
+    comptime if q4_1:
+        # Headers (d, m) as two halves per block, gathered in lane order and split into d and m.
+        var h = SIMD[DType.uint32, 8](0)
+        comptime for k in range(8):
+            h[k] = blk.unsafe_offset(octet_block(k) * bb).unsafe_bitcast[UInt32]()[unsafe_offset=0]
+        var dm = bitcast[DType.float16, 16](h).deinterleave()
+        d = dm[0].cast[F32]()
+        moff = dm[1].cast[F32]().fma(xo.unsafe_load[width=8](8), moff)
+    else:
+        var h = SIMD[DType.uint16, 8](0)
+        comptime for k in range(8):
+            h[k] = blk.unsafe_offset(octet_block(k) * bb).unsafe_bitcast[UInt16]()[unsafe_offset=0]
+        d = bitcast[DType.float16, 8](h).cast[F32]()
+        dot += co.unsafe_load[width=8](0)
+    acc = dot.cast[F32]().fma(d * xo.unsafe_load[width=8](0), acc)
+
+
+@always_inline
+def qgemv_row_q8_pairs[qtype: StaticString](
+    qx2: I8Ptr, xs2: Ptr[F32], cx2: Ptr[DType.int32], xo: Ptr[F32], co: Ptr[DType.int32],
+    qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], w: BytePtr, row_bytes: Int, y: Ptr[F32], n: Int, K: Int,
+):
+    # y[n] = x . dequant(W[n, :]) for one x row (Q4_0/Q4_1, act = "q8"), two blocks per dot product
+    # (qdot_int8.mojo, block pairs). With OCTETS (AVX2 without VNNI) whole octets of 8 blocks go
+    # first (_octet); then two pairs per step (_pair_group); an odd last pair and an odd last block
+    # take the short paths. Q4_0's -8 offset starts each dot product (cx2, co), Q4_1's m_b * sx_b is
+    # a float term per block (off's odd lanes, moff).
+    comptime bb = block_bytes[qtype]()
+    comptime head = 4 if qtype == "q4_1" else 2
+    comptime L = PAIR_LANES
+    var nb = K // QBLOCK
+    var np = nb // 2
+    var row = w.unsafe_offset(n * row_bytes)
+    var acc = Array[SIMD[F32, L], 2](fill=SIMD[F32, L](0))
+    var off = SIMD[F32, 8](0)
+    var p = 0
+    var total = Float32(0)
+    comptime if OCTETS:
+        comptime XO = octet_floats[qtype]()
+        var acc8 = SIMD[F32, 8](0)
+        var moff = SIMD[F32, 8](0)
+        while p + 4 <= np:
+            _octet[qtype](row.unsafe_offset(2 * p * bb), qx2.unsafe_offset(p * PAIR), xo.unsafe_offset((p // 4) * XO),
+                          co.unsafe_offset((p // 4) * 8), acc8, moff)
+            p += 4
+        total = acc8.reduce_add() + moff.reduce_add()
+    while p + 2 <= np:
+        _pair_group[qtype, 2](row.unsafe_offset(2 * p * bb), qx2.unsafe_offset(p * PAIR), xs2.unsafe_offset(4 * p),
+                              dx.unsafe_offset(2 * p), cx2.unsafe_offset(p * L), acc, off)
+        p += 2
+    total += acc[0].reduce_add() + acc[1].reduce_add()
+    comptime if qtype == "q4_1":
+        total += off[1] + off[3] + off[5] + off[7]
+    if p < np:
+        var acc1 = Array[SIMD[F32, L], 1](fill=SIMD[F32, L](0))
+        var off1 = SIMD[F32, 4](0)
+        _pair_group[qtype, 1](row.unsafe_offset(2 * p * bb), qx2.unsafe_offset(p * PAIR), xs2.unsafe_offset(4 * p),
+                              dx.unsafe_offset(2 * p), cx2.unsafe_offset(p * L), acc1, off1)
+        total += acc1[0].reduce_add()
+        comptime if qtype == "q4_1":
+            total += off1[1] + off1[3]
+    if nb % 2 == 1:
+        var b = nb - 1
+        var blk = row.unsafe_offset(b * bb)
+        var q = blk.unsafe_offset(head).unsafe_load[width=HALF](0)
+        var dp = dot_u8_i8[15](SIMD[DType.int32, 8](0), (q & 0xF).join(q >> 4), qx.unsafe_offset(b * QBLOCK).unsafe_load[width=32](0))
+        var dc = _int8_scales[qtype](blk)  # (d, coef): Q4_1's m or Q4_0's -8d
+        total += dp.cast[F32]().reduce_add() * dc[0] * dx[unsafe_offset=b] + dc[1] * sx[unsafe_offset=b]
+    y[unsafe_offset=n] = total
