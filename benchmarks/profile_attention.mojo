@@ -9,8 +9,9 @@
 # Two numbers:
 #   whole op: K/V sit in a MAX-layout paged cache [pages, 2, 1 layer, 128 slots, Hkv, 128] with a
 #     shuffled page table; one sequence decodes one token over `cached_keys` + 1 keys, on all cores.
-#   block kernel, one core, cache-resident: _tile_block over windows of SLOT_KEYS keys of every kv
-#     head, as slot order runs it, on one window of contiguous keys (128 KB of K/V at 8 heads), best of 5:
+#   block kernel, one core, cache-resident: tile_block (attention_tile.mojo) over windows of SLOT_KEYS
+#     keys of every kv head, as slot order runs it, on one window of contiguous keys (128 KB of K/V
+#     at 8 heads), best of 5:
 #     the compute cost per key and kv head, without the DRAM reads that dominate the whole op.
 #     The head counts stay runtime values, as the op gets them: a scratch build with them as
 #     constants compiled the score loop differently (it hoisted and spilled the key vectors) and
@@ -20,9 +21,8 @@ from max.gpu.host import DeviceContext
 from std.sys import argv
 from std.time import perf_counter_ns
 
-from kernels.attention_cpu import (
-    SLOT_KEYS, _tile_block, _tile_init, attention_cpu, tile_floats, tile_kt, tile_ml, tile_scores,
-)
+from kernels.attention_cpu import SLOT_KEYS, attention_cpu
+from kernels.attention_tile import tile_block, tile_floats, tile_init, tile_kt, tile_ml, tile_scores
 from kernels.common import F32, scratch
 from kernels.kv_layout import KVView
 
@@ -46,14 +46,14 @@ def block_kernel[D: Int](hq: Int, hkv: Int, reps: Int) raises:
     var work = scratch[F32](hkv * per_task)
     for g in range(hkv):
         var mem = work.unsafe_offset(g * per_task)
-        _tile_init[D](G, mem, tile_ml[D](mem))
+        tile_init[D](G, mem, tile_ml[D](mem))
     var best = Float64(1e30)
     for _ in range(5):
         var t0 = perf_counter_ns()
         for _ in range(reps):
             for g in range(hkv):  # one window of keys [0, KEYS) per kv head, as slot_task walks them
                 var mem = work.unsafe_offset(g * per_task)
-                _tile_block[D, False](q, kv, 0, g, G, hq, 0, KEYS - 1, 0, 1, 0, KEYS, KEYS, Float32(0.088),
+                tile_block[D, False](q, kv, 0, g, G, hq, 0, KEYS - 1, 0, 1, 0, KEYS, KEYS, Float32(0.088),
                                       mem, tile_ml[D](mem), tile_scores[D](mem), tile_kt[D](mem))
         best = min(best, Float64(perf_counter_ns() - t0) / Float64(reps * KEYS * hkv))
     print("block kernel, one core, cache-resident, Hq", hq, "Hkv", hkv, "D", D, "keys", KEYS, ":", best,
