@@ -28,6 +28,8 @@
 # load, one byte permute and one bit-matrix op (NIBBLE_PERM) instead of two lane inserts, an
 # and and a shift. Zen 5, profile_qmatmul, one core cache-resident, alternating runs: Q4_0
 # 0.62-0.64 -> 0.56-0.57 ns per block, Q4_1 0.66-0.67 -> 0.62-0.63.
+# The batch-1 pair rows keep GROUPS = 4 groups of 4 blocks in flight, each with its own
+# accumulators (see qgemv_row_q8_pairs).
 
 from std.memory import bitcast
 from std.sys import llvm_intrinsic
@@ -334,8 +336,8 @@ def qgemv_row_q8_pairs[qtype: StaticString](
 ):
     # y[n] = x . dequant(W[n, :]) for one x row (Q4_0/Q4_1, act = "q8"), two blocks per dot product
     # (qdot_int8.mojo, block pairs). With OCTETS (AVX2 without VNNI) whole octets of 8 blocks go
-    # first (_octet); then two pairs per step (_pair_group); an odd last pair and an odd last block
-    # take the short paths. Q4_0's -8 offset starts each dot product (cx2, co), Q4_1's m_b * sx_b is
+    # first (_octet); then GROUPS x two pairs per step (_pair_group), two pairs per step; an odd last
+    # pair and an odd last block take the short paths. Q4_0's -8 offset starts each dot product (cx2, co), Q4_1's m_b * sx_b is
     # a float term per block (off's odd lanes, moff).
     comptime bb = block_bytes[qtype]()
     comptime head = 4 if qtype == "q4_1" else 2
@@ -356,10 +358,35 @@ def qgemv_row_q8_pairs[qtype: StaticString](
                           co.unsafe_offset((p // 4) * 8), acc8, moff)
             p += 4
         total = acc8.reduce_add() + moff.reduce_add()
+    # GROUPS groups of 4 blocks per step, each into its own accumulators: with one group a step
+    # waited on the previous step's FMAs into the same two accumulators. Zen 5, profile_qmatmul, one
+    # core cache-resident, 4 alternating rounds, ns per block: K = 4096 Q4_0 0.44-0.45 -> 0.39,
+    # Q4_1 0.52-0.53 -> 0.44-0.45; K = 576 Q4_0 0.60-0.63 -> 0.60, Q4_1 0.79-0.82 -> 0.77. Two groups
+    # gave about half of that; 6 and 8 were slower at K = 576 (more blocks left to the short paths).
+    comptime GROUPS = 4
+    var accs = Array[SIMD[F32, L], 2 * GROUPS](fill=SIMD[F32, L](0))
+    var offs = Array[SIMD[F32, 8], GROUPS](fill=SIMD[F32, 8](0))
+    while p + 2 * GROUPS <= np:
+        comptime for u in range(GROUPS):
+            var pu = p + 2 * u
+            var acc_u = Array[SIMD[F32, L], 2](fill=SIMD[F32, L](0))
+            acc_u[0] = accs[2 * u]
+            acc_u[1] = accs[2 * u + 1]
+            var off_u = offs[u]
+            _pair_group[qtype, 2](row.unsafe_offset(2 * pu * bb), qx2.unsafe_offset(pu * PAIR), xs2.unsafe_offset(4 * pu),
+                                  dx.unsafe_offset(2 * pu), cx2.unsafe_offset(pu * L), acc_u, off_u)
+            accs[2 * u] = acc_u[0]
+            accs[2 * u + 1] = acc_u[1]
+            offs[u] = off_u
+        p += 2 * GROUPS
     while p + 2 <= np:
         _pair_group[qtype, 2](row.unsafe_offset(2 * p * bb), qx2.unsafe_offset(p * PAIR), xs2.unsafe_offset(4 * p),
                               dx.unsafe_offset(2 * p), cx2.unsafe_offset(p * L), acc, off)
         p += 2
+    comptime for u in range(GROUPS):
+        acc[0] += accs[2 * u]
+        acc[1] += accs[2 * u + 1]
+        off += offs[u]
     total += acc[0].reduce_add() + acc[1].reduce_add()
     comptime if qtype == "q4_1":
         total += off[1] + off[3] + off[5] + off[7]
