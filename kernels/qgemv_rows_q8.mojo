@@ -336,9 +336,9 @@ def qgemv_row_q8_pairs[qtype: StaticString](
 ):
     # y[n] = x . dequant(W[n, :]) for one x row (Q4_0/Q4_1, act = "q8"), two blocks per dot product
     # (qdot_int8.mojo, block pairs). With OCTETS (AVX2 without VNNI) whole octets of 8 blocks go
-    # first (_octet); then GROUPS x two pairs per step (_pair_group), two pairs per step; an odd last
-    # pair and an odd last block take the short paths. Q4_0's -8 offset starts each dot product (cx2, co), Q4_1's m_b * sx_b is
-    # a float term per block (off's odd lanes, moff).
+    # first (_octet); then GROUPS groups of two pairs per step (_pair_group), then two pairs per
+    # step; an odd last pair and an odd last block take the short paths. Q4_0's -8 offset starts
+    # each dot product (cx2, co), Q4_1's m_b * sx_b is a float term per block (off's odd lanes, moff).
     comptime bb = block_bytes[qtype]()
     comptime head = 4 if qtype == "q4_1" else 2
     comptime L = PAIR_LANES
