@@ -6,7 +6,7 @@ from std.sys import PrefetchOptions, prefetch
 from std.sys.info import CompilationTarget
 
 from .common import BytePtr, F32, Ptr
-from .quant import HALF, QBLOCK, block_bytes, block_d, block_scales, decode_block, dot_block, nibble_values
+from .quant import HALF, QBLOCK, block_bytes, block_d, header_bytes, block_scales, decode_block, dot_block, nibble_values
 
 
 # Software prefetch distance along a weight row stream. 4 KB rather than 1 KB: at ~20-30 GB/s per core a
@@ -45,7 +45,7 @@ def qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
         # offset m is applied once per block through the block sum of x, as a scalar. Q8_0 / F16:
         # dot_block.
         comptime q4 = qtype == "q4_0" or qtype == "q4_1"
-        comptime head = 2 if qtype == "q4_0" else 4
+        comptime head = header_bytes[qtype]()
         # Q4_0's -8: in the AVX-512 lookup table for free; elsewhere nibble_values would spend 4
         # vector adds per block on it, so it joins the offset term as -8d * (block sum of x), as
         # Q4_1's m does. Zen 3, one core, cache-resident (benchmarks/profile_qmatmul.mojo, f32 row

@@ -41,7 +41,7 @@ from .qdot_int8 import (
     octet_dot, octet_floats,
 )
 from .qgemv_rows import prefetch_ahead
-from .quant import HALF, QBLOCK, block_bytes, block_d, block_scales
+from .quant import HALF, QBLOCK, block_bytes, block_d, block_scales, header_bytes
 
 
 def w_max_of[qtype: StaticString]() -> Int:
@@ -58,7 +58,7 @@ def _int8_weights[qtype: StaticString](blk: BytePtr) -> SIMD[DType.uint8, 32]:
             return blk.unsafe_offset(2).unsafe_load[width=32](0)
         return blk.unsafe_offset(2).unsafe_load[width=32](0) ^ 0x80
     else:
-        comptime head = 4 if qtype == "q4_1" else 2
+        comptime head = header_bytes[qtype]()
         var q = blk.unsafe_offset(head).unsafe_load[width=HALF](0)
         return (q & 0xF).join(q >> 4)
 
@@ -201,7 +201,7 @@ def _pair_perm[qtype: StaticString, window: Int]() -> SIMD[DType.uint8, 64]:
     # vpermb indices into window 0 (bytes [0, 64) of a group of 4 blocks: pair 0 = blocks 0, 1) or
     # window 1 (bytes [4 bb - 64, 4 bb): pair 1 = blocks 2, 3): [a's 16 packed bytes, b's] twice.
     comptime bb = block_bytes[qtype]()
-    comptime head = 4 if qtype == "q4_1" else 2
+    comptime head = header_bytes[qtype]()
     var start = 0 if window == 0 else 4 * bb - 64
     var a = 2 * window * bb + head - start
     var idx = SIMD[DType.uint8, 64](0)
@@ -232,6 +232,25 @@ def _nibbles_vbmi(window: SIMD[DType.uint8, 64], perm: SIMD[DType.uint8, 64]) ->
 
 
 @always_inline
+def _pair_nibbles[qtype: StaticString, NP: Int](blk: BytePtr) -> Array[SIMD[DType.uint8, 64], NP]:
+    # The nibbles of NP block pairs from `blk` on, each in the pair layout [a lo, b lo, a hi, b hi].
+    # With NIBBLE_PERM two pairs read two 64-byte windows of their 4 blocks: the first starts at
+    # block 0, the second ends with block 3, so neither reads outside the group.
+    comptime bb = block_bytes[qtype]()
+    comptime head = header_bytes[qtype]()
+    var wq = Array[SIMD[DType.uint8, 64], NP](fill=SIMD[DType.uint8, 64](0))
+    comptime if NIBBLE_PERM and NP == 2:
+        wq[0] = _nibbles_vbmi(blk.unsafe_load[width=64](0), _PERM[qtype, 0])
+        wq[1] = _nibbles_vbmi(blk.unsafe_offset(4 * bb - 64).unsafe_load[width=64](0), _PERM[qtype, 1])
+    else:
+        comptime for u in range(NP):
+            var q = blk.unsafe_offset(2 * u * bb + head).unsafe_load[width=16](0).join(
+                blk.unsafe_offset((2 * u + 1) * bb + head).unsafe_load[width=16](0))
+            wq[u] = (q & 0xF).join(q >> 4)
+    return wq^
+
+
+@always_inline
 def _pair_group[qtype: StaticString, NP: Int](
     blk: BytePtr, xq: I8Ptr, xs: Ptr[F32], dx: Ptr[F32], cx: Ptr[DType.int32],
     mut acc: Array[SIMD[F32, PAIR_LANES], NP], mut off: SIMD[F32, 4 * NP],
@@ -241,7 +260,6 @@ def _pair_group[qtype: StaticString, NP: Int](
     # converted by one instruction and multiplied by x's scales in one more, so a pair's float work is
     # its lane scales (a broadcast of two values), one conversion and one FMA.
     comptime bb = block_bytes[qtype]()
-    comptime head = 4 if qtype == "q4_1" else 2
     comptime L = PAIR_LANES
     comptime q4_1 = qtype == "q4_1"
     comptime per_block = 2 if q4_1 else 1  # lanes per block in prod
@@ -263,29 +281,17 @@ def _pair_group[qtype: StaticString, NP: Int](
             h[j] = blk.unsafe_offset(j * bb).unsafe_bitcast[UInt16]()[unsafe_offset=0]
         prod = rebind[SIMD[F32, 2 * NP * per_block]](
             bitcast[DType.float16, 2 * NP](h).cast[F32]() * dx.unsafe_load[width=2 * NP](0))
-    # The two 64-byte windows of the 4 blocks (NIBBLE_PERM): the first starts at block 0, the second
-    # ends with block 3, so neither reads outside the group.
-    var windows = Array[SIMD[DType.uint8, 64], 2](fill=SIMD[DType.uint8, 64](0))
-    comptime if NIBBLE_PERM and NP == 2:
-        windows[0] = blk.unsafe_load[width=64](0)
-        windows[1] = blk.unsafe_offset(4 * bb - 64).unsafe_load[width=64](0)
+    var wq = _pair_nibbles[qtype, NP](blk)
     comptime for u in range(NP):
-        var wq: SIMD[DType.uint8, 64]
-        comptime if NIBBLE_PERM and NP == 2:
-            wq = _nibbles_vbmi(windows[u], _PERM[qtype, u])
-        else:
-            var q = blk.unsafe_offset(2 * u * bb + head).unsafe_load[width=16](0).join(
-                blk.unsafe_offset((2 * u + 1) * bb + head).unsafe_load[width=16](0))
-            wq = (q & 0xF).join(q >> 4)
         var xv = xq.unsafe_offset(u * PAIR).unsafe_load[width=PAIR](0)
         var start = SIMD[DType.int32, L](0)
         comptime if not q4_1:
             start = cx.unsafe_load[width=L](u * L)
         var dp: SIMD[DType.int32, L]
         comptime if L == 16:
-            dp = rebind[SIMD[DType.int32, L]](dot_u8_i8_x2[15](rebind[SIMD[DType.int32, 16]](start), wq, xv))
+            dp = rebind[SIMD[DType.int32, L]](dot_u8_i8_x2[15](rebind[SIMD[DType.int32, 16]](start), wq[u], xv))
         else:
-            dp = rebind[SIMD[DType.int32, L]](dot_u8_i8_x2_fold[15](rebind[SIMD[DType.int32, 8]](start), wq, xv))
+            dp = rebind[SIMD[DType.int32, L]](dot_u8_i8_x2_fold[15](rebind[SIMD[DType.int32, 8]](start), wq[u], xv))
         var scale = _pair_scale[L, 2 * u * per_block, (2 * u + 1) * per_block](prod)
         acc[u] = dp.cast[F32]().fma(scale, acc[u])
 
@@ -300,7 +306,7 @@ def _octet[qtype: StaticString](
     # octet_block(k).
     comptime bb = block_bytes[qtype]()
     comptime q4_1 = qtype == "q4_1"
-    comptime head = 4 if q4_1 else 2
+    comptime head = header_bytes[qtype]()
     comptime for i in range(0, 8 * bb, 64):
         prefetch_ahead(blk.unsafe_offset(i))
     var w_lo = Array[SIMD[DType.uint8, 32], 4](fill=SIMD[DType.uint8, 32](0))
@@ -340,7 +346,7 @@ def qgemv_row_q8_pairs[qtype: StaticString](
     # step; an odd last pair and an odd last block take the short paths. Q4_0's -8 offset starts
     # each dot product (cx2, co), Q4_1's m_b * sx_b is a float term per block (off's odd lanes, moff).
     comptime bb = block_bytes[qtype]()
-    comptime head = 4 if qtype == "q4_1" else 2
+    comptime head = header_bytes[qtype]()
     comptime L = PAIR_LANES
     var nb = K // QBLOCK
     var np = nb // 2

@@ -35,6 +35,11 @@ def block_bytes[qtype: StaticString]() -> Int:
         comptime assert False, "unknown qtype: expected q4_0, q4_1, q8_0, f16 or f32"
 
 
+def header_bytes[qtype: StaticString]() -> Int:
+    """Bytes of a block's half-precision header before its quants: d (Q4_0, Q8_0) or d and m (Q4_1)."""
+    return 4 if qtype == "q4_1" else 2
+
+
 @always_inline
 def block_scales(blk: BytePtr) -> SIMD[F32, 2]:
     """The block's first two halves as floats: (d, m) for Q4_1 (Q4_0 / Q8_0 read d with block_d).
