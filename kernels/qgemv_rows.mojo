@@ -6,7 +6,7 @@ from std.sys import PrefetchOptions, prefetch
 from std.sys.info import CompilationTarget
 
 from .common import BytePtr, F32, Ptr
-from .quant import HALF, QBLOCK, block_bytes, block_d, header_bytes, block_scales, decode_block, dot_block, nibble_values
+from .quant import HALF, QBLOCK, block_bytes, block_d, block_scales, decode_block, dot_block, header_bytes, nibble_values
 
 
 # Software prefetch distance along a weight row stream. 4 KB rather than 1 KB: at ~20-30 GB/s per core a
