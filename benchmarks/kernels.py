@@ -32,6 +32,7 @@ import numpy as np
 
 from benchmarks.kernel_graphs import GraphSet
 from benchmarks.timing import Timing, time_interleaved
+from crucible.versions import cpu_info, describe_cpu
 
 Target = Literal["cpu", "gpu"]
 
@@ -406,6 +407,7 @@ class KernelBench:
     def run(self, log=print) -> list[Row]:
         self.probe()
         self.extra["cpu_threads"] = self.threads.status
+        log(f"CPU: {describe_cpu(cpu_info())}")
         log(f"read bandwidth {self.extra['read_bandwidth_gbps']:.1f} GB/s, "
             f"execute overhead {self.extra['exec_overhead_us']:.1f} us, per op in a graph: dispatch "
             f"{self.extra['op_dispatch_us']:.2f} us + parallel hand-off {self.extra['parallel_handoff_us']:.2f} us, "

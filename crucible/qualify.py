@@ -16,6 +16,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from crucible.versions import describe_cpu
+
 RECORD_VERSION = 1
 PARITY_PROMPT = "What is the capital of France?"
 
@@ -170,7 +172,7 @@ def to_markdown(record: dict) -> str:
              f"- kernel build: `{record['kernel_build']}`",
              f"- versions: python {v['python']}, max {v['max']}, mojo `{v['mojo']}`, transformers "
              f"{v['transformers']}, torch {v['torch']}",
-             f"- CPU: {v['cpu']['model']} ({v['cpu']['logical_cpus']} logical), SIMD {', '.join(v['cpu']['simd_flags'])}",
+             f"- CPU: {describe_cpu(v['cpu'])}",
              ]
     if v.get("gpu"):
         lines.append(f"- GPU: {v['gpu']}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 import subprocess
@@ -19,26 +20,86 @@ def _pkg(name: str) -> str | None:
         return None
 
 
-def cpu_info() -> dict[str, object]:
-    """CPU model, core count and the SIMD flags that decide kernel code paths."""
-    model, flags = platform.processor() or "unknown", ""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        if m := re.search(r"^model name\s*:\s*(.+)$", text, re.M):
-            model = m.group(1).strip()
-        if m := re.search(r"^flags\s*:\s*(.+)$", text, re.M):
-            flags = m.group(1)
-    except OSError:
-        pass
-    wanted = ("avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "avx512_vnni", "amx_tile", "neon")
-    import os
+# AMD families and model ranges by core generation (AMD's revision guides): the "model name" of a
+# VM is often just "AMD EPYC", and Zen 4 (256-bit FMA pipes, AVX-512 double-pumped) and Zen 5 (512-bit
+# pipes) both report AVX-512 and VNNI while their compute peaks differ by 2x.
+_AMD_CORES: tuple[tuple[int, range, str], ...] = (
+    (23, range(0x00, 0x30), "zen1"),
+    (23, range(0x30, 0x100), "zen2"),
+    (25, range(0x00, 0x10), "zen3"),
+    (25, range(0x10, 0x20), "zen4"),
+    (25, range(0x20, 0x60), "zen3"),
+    (25, range(0x60, 0x80), "zen4"),
+    (25, range(0xA0, 0xB0), "zen4"),
+    (26, range(0x00, 0x100), "zen5"),
+)
 
+# SIMD features that pick kernel code paths (kernels/qdot_int8.mojo, qgemv_rows_q8.mojo,
+# matmul_cpu.mojo), as /proc/cpuinfo spells them on x86 ("flags") and aarch64 ("Features").
+_SIMD_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "avx512_vnni", "avx512vbmi", "gfni",
+               "amx_tile", "asimd", "asimddp", "sve")
+
+
+def _field(text: str, name: str) -> str | None:
+    m = re.search(rf"^{name}\s*:\s*(.+)$", text, re.M)
+    return m.group(1).strip() if m else None
+
+
+def core_name(vendor: str | None, family: int | None, model: int | None) -> str | None:
+    """The core generation ("zen4", ...) of an AMD CPU from its family and model, else None."""
+    if vendor != "AuthenticAMD" or family is None or model is None:
+        return None
+    for fam, models, name in _AMD_CORES:
+        if family == fam and model in models:
+            return name
+    return None
+
+
+def cpu_info(cpuinfo_text: str | None = None) -> dict[str, object]:
+    """CPU model, family / model / stepping, core generation, core count and the SIMD flags that
+    decide kernel code paths.
+
+    Args:
+        cpuinfo_text: /proc/cpuinfo's text; read from the machine when None.
+
+    Returns:
+        {"model", "vendor", "family", "model_number", "stepping", "core", "logical_cpus",
+        "simd_flags", "machine"}; fields the machine does not report are None.
+    """
+    if cpuinfo_text is None:
+        try:
+            cpuinfo_text = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo_text = ""
+
+    def number(name: str) -> int | None:
+        value = _field(cpuinfo_text, name)
+        return int(value, 0) if value is not None and re.fullmatch(r"(0x)?[0-9a-fA-F]+", value) else None
+
+    vendor = _field(cpuinfo_text, "vendor_id")
+    family, model_number = number("cpu family"), number("model")
+    flags = _field(cpuinfo_text, "flags") or _field(cpuinfo_text, "Features") or ""
     return {
-        "model": model,
+        "model": _field(cpuinfo_text, "model name") or platform.processor() or "unknown",
+        "vendor": vendor,
+        "family": family,
+        "model_number": model_number,
+        "stepping": number("stepping"),
+        "core": core_name(vendor, family, model_number),
         "logical_cpus": os.cpu_count(),
-        "simd_flags": [f for f in wanted if re.search(rf"\b{f}\b", flags)],
+        "simd_flags": [f for f in _SIMD_FLAGS if re.search(rf"\b{f}\b", flags)],
         "machine": platform.machine(),
     }
+
+
+def describe_cpu(info: dict[str, object]) -> str:
+    """One line for reports: "AMD EPYC (zen4, family 25 model 17), 2 logical CPUs, SIMD avx2, ..."."""
+    ident = [str(info["core"])] if info.get("core") else []
+    if info.get("family") is not None:
+        ident.append(f"family {info['family']} model {info.get('model_number')}")
+    where = f" ({', '.join(ident)})" if ident else ""
+    flags = ", ".join(info.get("simd_flags") or []) or "none"  # type: ignore[arg-type]
+    return f"{info['model']}{where}, {info['logical_cpus']} logical CPUs, SIMD {flags}"
 
 
 def gpu_info() -> dict[str, object] | None:
