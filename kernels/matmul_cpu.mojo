@@ -14,19 +14,23 @@
 #           N=1536 +8%, M=64 +3%.
 #         - Before each micro-tile its C lines are prefetched: C (M x NC) falls out of L2 between
 #           k-blocks, and the tile's final load-add-store would otherwise wait on L3.
+#         - ("First AVX-512 host": the 2-core AMD host of the 2026-11-30 results, recorded then as Zen 4;
+#           its GEMM rate is above a Zen 4's peak, so most likely a Zen 5: see README.md.)
 #         - Micro-tile: with AVX-512, MR x NR = 6 x 4*FW, 24 accumulators of 32 registers, 10 loads per
 #           24 FMAs, KC = 128 (32 KB panel). Measured against 12x2, 8x3 and 4x4 tiles and KC 128-512
-#           (Zen 4, M=512, K=N=1536, x read in place then): 6x4 with KC=128 was fastest (0.90-0.91x
-#           MAX vs 0.79-0.89x). With AVX2 (16 registers) 6 x 2*FW, 12 accumulators (BLIS's Haswell
-#           tile; 6 x 4 spilled: 0.47x -> 0.76x MAX on Zen 3), KC = 384 (24 KB panel).
+#           (first AVX-512 host, M=512, K=N=1536, x read in place then): 6x4 with KC=128 was
+#           fastest (0.90-0.91x MAX vs 0.79-0.89x). With AVX2 (16 registers) 6 x 2*FW, 12
+#           accumulators (BLIS's Haswell tile; 6 x 4 spilled: 0.47x -> 0.76x MAX on Zen 3), KC = 384
+#           (24 KB panel).
 #         - Full panels of W are packed by FW x FW in-register transposes (block formats: per decoded
-#           block piece), not scalar stores: Zen 4 fp32 5628-5652 -> 5164-5370 us at M=512, K=N=1536.
+#           block piece), not scalar stores: first AVX-512 host, fp32 5628-5652 -> 5164-5370 us at
+#           M=512, K=N=1536.
 #         - Zen 3 (AVX2), in-process interleaved medians vs MAX's ops.matmul (0.76x before):
 #           packing x and the AVX2 8 x 8 transposes 0.76x -> 0.88x at M=512, K=N=1536 (M=64, K=576,
 #           N=1536: 0.63x -> 0.84x); then prefetching C and KC 128 -> 384 with MC = 96: 0.87x ->
 #           0.99x (M=64: 0.80x -> 0.95x). Without the C prefetch KC = 384 was no better (0.84x);
 #           KC = 256 / 512 and MC = 48 / 72 / 144 measured within noise of the choice. Not re-measured
-#           on Zen 4, where KC stays 128.
+#           on the AVX-512 hosts, where KC stays 128.
 #         Software prefetch in the gemv measured no gain on 4096 x 4096 and cost 6 us per 576 x 1536 op
 #         in a chain (62 -> 68 us).
 
@@ -46,7 +50,7 @@ comptime NR = NV * FW     # micro-tile columns
 comptime KC = 128 if FW == 16 else 384
 comptime MC = 96          # m-block of packed x, MC x KC (48 / 144 KB), stays in L2; a multiple of MR
 # n-block packed per task: KC x NC x 4 = 128 KB with AVX-512, 384 KB with AVX2 (L2 holds it, or most
-# of it beside x's block, on Zen 3 / Zen 4: 512 KB / 1 MB).
+# of it beside x's block, on Zen 3 / Zen 4 / Zen 5: 512 KB / 1 MB / 1 MB).
 comptime NC = 256
 comptime GEMV_MAX_M = 8
 # Rows of x per GEMM pass (a multiple of MC). x is packed per pass, so the packed copy is at most
