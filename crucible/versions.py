@@ -73,8 +73,11 @@ def cpu_info(cpuinfo_text: str | None = None) -> dict[str, object]:
             cpuinfo_text = ""
 
     def number(name: str) -> int | None:
-        value = _field(cpuinfo_text, name)
-        return int(value, 0) if value is not None and re.fullmatch(r"(0x)?[0-9a-fA-F]+", value) else None
+        # x86 prints these in decimal; some kernels print hex ids with a 0x prefix.
+        value = _field(cpuinfo_text, name) or ""
+        if re.fullmatch(r"0x[0-9a-fA-F]+", value):
+            return int(value, 16)
+        return int(value) if value.isdigit() else None
 
     vendor = _field(cpuinfo_text, "vendor_id")
     family, model_number = number("cpu family"), number("model")

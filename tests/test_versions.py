@@ -27,7 +27,7 @@ def test_zen_generations_from_family_and_model() -> None:
     zen4, zen5 = cpu_info(ZEN4), cpu_info(ZEN5)
     assert (zen4["family"], zen4["model_number"], zen4["stepping"], zen4["core"]) == (25, 17, 1, "zen4")
     assert (zen5["family"], zen5["model_number"], zen5["core"]) == (26, 2, "zen5")
-    # avx512_vbmi2 must not count as avx512vbmi's word boundary match, and the path-picking flags are kept.
+    # The flags that pick kernel paths are kept, in a fixed order; others (sse2, avx512_vbmi2) are not.
     assert zen4["simd_flags"] == ["avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "avx512_vnni",
                                   "avx512vbmi", "gfni"]
     assert core_name("AuthenticAMD", 25, 0x01) == "zen3"
@@ -44,3 +44,5 @@ def test_aarch64_features_and_missing_fields() -> None:
     assert "family" not in describe_cpu(arm)
     empty = cpu_info("")
     assert empty["simd_flags"] == [] and empty["model"]
+    odd = cpu_info("vendor_id\t: AuthenticAMD\ncpu family\t: 0x19\nmodel\t\t: 08\nstepping\t: unknown\n")
+    assert (odd["family"], odd["model_number"], odd["stepping"], odd["core"]) == (25, 8, None, "zen3")
