@@ -17,9 +17,11 @@
 #         - ("First AVX-512 host": the 2-core AMD host of the 2026-11-30 results, recorded then as Zen 4;
 #           its GEMM rate is above a Zen 4's peak, so most likely a Zen 5: see README.md.)
 #         - Micro-tile: with AVX-512, MR x NR = 6 x 4*FW, 24 accumulators of 32 registers, 10 loads per
-#           24 FMAs, KC = 128 (32 KB panel). Measured against 12x2, 8x3 and 4x4 tiles and KC 128-512
-#           (first AVX-512 host, M=512, K=N=1536, x read in place then): 6x4 with KC=128 was
-#           fastest (0.90-0.91x MAX vs 0.79-0.89x). With AVX2 (16 registers) 6 x 2*FW, 12
+#           24 FMAs, KC = 128 (32 KB panel; 384 on Zen 4, see KC). Measured against 12x2, 8x3 and
+#           4x4 tiles and KC 128-512 (first AVX-512 host, M=512, K=N=1536, x read in place then): 6x4
+#           with KC=128 was fastest (0.90-0.91x MAX vs 0.79-0.89x). On Zen 4 (KC = 128, M=512,
+#           interleaved), 8x3 was slower than 6x4 in 5 rounds of 5 and 12x2 in 3 (12520-13851 and
+#           11517-13199 vs 11360-13187 us). With AVX2 (16 registers) 6 x 2*FW, 12
 #           accumulators (BLIS's Haswell tile; 6 x 4 spilled: 0.47x -> 0.76x MAX on Zen 3), KC = 384
 #           (24 KB panel).
 #         - Full panels of W are packed by FW x FW in-register transposes (block formats: per decoded
@@ -36,6 +38,7 @@
 
 from max.gpu.host import DeviceContext
 from std.sys import PrefetchOptions, prefetch
+from std.sys.info import CompilationTarget
 
 from .common import BytePtr, FW, F32, Ptr, ceil_div, cpu_threads, parallel_for, scratch
 from .quant import HALF, QBLOCK, block_bytes, decode_block
@@ -46,10 +49,17 @@ comptime MR = 6           # micro-tile rows (broadcast x values)
 # registers, 32 with AVX-512 (6 x 4: 24 + 4 + 1) and 16 with AVX2 (6 x 2: 12 + 2 + 1, BLIS's Haswell tile).
 comptime NV = 4 if FW == 16 else 2
 comptime NR = NV * FW     # micro-tile columns
-# k-block: the packed B micro-panel KC x NR stays in L1 (32 KB with AVX-512, 24 KB with AVX2).
-comptime KC = 128 if FW == 16 else 384
+# k-block. With KC = 128 and AVX-512 the packed B micro-panel KC x NR stays in L1 (32 KB); a longer
+# one streams from L2 (4 panel loads per 24 FMAs, well within L2's rate) but halves or thirds the
+# passes over C, whose tiles are loaded, added to and stored once per k-block. Zen 3 (AVX2) and Zen 4
+# take 384. Zen 4 (family 25 model 17), in-process interleaved A/B of kernel builds, 4-6 rounds, us:
+# M=512 K=N=1536 KC 128 11360-13187, 256 11147-12543, 384 11195-12325, 512 11226-12292 (MAX
+# 10724-11066); M=64 K=576 N=1536 778-789 -> 728-765; M=300 K=N=4096 54029-54107 -> 49695-49807
+# (MAX 46557-46663). KC = 128 stays where it was measured best: the first AVX-512 host (Zen 5 class),
+# before x was packed and C prefetched; not re-measured there since.
+comptime KC = 384 if FW != 16 or CompilationTarget._is_arch["znver4"]() else 128
 comptime MC = 96          # m-block of packed x, MC x KC (48 / 144 KB), stays in L2; a multiple of MR
-# n-block packed per task: KC x NC x 4 = 128 KB with AVX-512, 384 KB with AVX2 (L2 holds it, or most
+# n-block packed per task: KC x NC x 4 = 128 KB, or 384 KB with KC = 384 (L2 holds it, or most
 # of it beside x's block, on Zen 3 / Zen 4 / Zen 5: 512 KB / 1 MB / 1 MB).
 comptime NC = 256
 comptime GEMV_MAX_M = 8
