@@ -7,11 +7,17 @@
 #   gemm  M > 8 (prefill). Compute-bound: BLIS-style blocking.
 #         - W is packed per (NC x KC) block into [NR-column panels][k][NR], so the micro-kernel reads
 #           it with aligned vector loads; one KC x NR micro-panel stays in L1.
-#         - x is packed once per call, by its own parallel pass, into [KC k-blocks][MR-row tiles][k][MR]
-#           (x's size again), so the MR broadcasts of one k come from one cache line; tasks walk it an
+#         - x is packed once per call, by its own parallel pass, into
+#           [KC k-blocks][MR-row tiles][k / FW][MR][FW] (x's size again): the micro-kernel's
+#           broadcasts read one contiguous MR x FW chunk per FW values of k, and tasks walk it an
 #           MC x KC block (in L2) at a time. Packed inside each n-block task it was packed N / NC times:
 #           Zen 3, M=512, K=N=1536 19.3-20.1 -> 17.1-18.5 ms (1.00x -> 1.09-1.12x MAX), M=300, K=576,
-#           N=1536 +8%, M=64 +3%.
+#           N=1536 +8%, M=64 +3%. The chunked layout packs by whole-vector copies; the earlier
+#           [k][MR] layout (one cache line per k) took one scalar store per value. Zen 4, in-graph
+#           interleaved A/B (10 rounds, medians of rounds, us), with NC 256 -> 128 below:
+#           M=512 K=N=1536 12570 -> 12147 (layout) -> 12012 (NC), MAX 11596 (0.92x -> 0.97x);
+#           M=300 K=N=4096 49132 -> 48430 (MAX 47794); M=64 K=576 N=1536 789 -> 753 (MAX 628);
+#           M=1536 K=N=4096 (3 rounds) 238388 -> 241943 (MAX 236566).
 #         - Before each micro-tile its C lines are prefetched: C (M x NC) falls out of L2 between
 #           k-blocks, and the tile's final load-add-store would otherwise wait on L3.
 #         - ("First AVX-512 host": the 2-core AMD host of the 2026-11-30 results, recorded then as Zen 4;
@@ -59,9 +65,12 @@ comptime NR = NV * FW     # micro-tile columns
 # before x was packed and C prefetched; not re-measured there since.
 comptime KC = 384 if FW != 16 or CompilationTarget._is_arch["znver4"]() else 128
 comptime MC = 96          # m-block of packed x, MC x KC (48 / 144 KB), stays in L2; a multiple of MR
-# n-block packed per task: KC x NC x 4 = 128 KB, or 384 KB with KC = 384 (L2 holds it, or most
-# of it beside x's block, on Zen 3 / Zen 4 / Zen 5: 512 KB / 1 MB / 1 MB).
-comptime NC = 256
+# n-block packed per task: KC x NC x 4 = 64 KB, or 192 KB with KC = 384 (L2 holds it beside x's
+# block on Zen 3 / Zen 4 / Zen 5: 512 KB / 1 MB / 1 MB). 128 rather than 256: twice the tasks
+# for the two workers' shared counter, so a worker slowed by the host's other load takes fewer
+# of them. Zen 4, M=512 K=N=1536 in-graph (see the header): 12147 -> 12012 us, NC = 64 11981;
+# the cost is one more pass of each task over packed x per halving (from L3), so 128, not 64.
+comptime NC = 128
 comptime GEMV_MAX_M = 8
 # Rows of x per GEMM pass (a multiple of MC). x is packed per pass, so the packed copy is at most
 # SLAB_M x K floats (115 MB at Llama-3-8B's K = 14336) instead of a second copy of x for any M (a
@@ -75,15 +84,31 @@ comptime SLAB_M = 21 * MC
 def _micro_tile[first: Bool, full: Bool](
     a: Ptr[F32], bp: Ptr[F32], c: Ptr[F32], ldc: Int, kc: Int, rows: Int, cols: Int
 ):
-    # c[0:rows, 0:cols] (+)= A[0:MR, 0:kc] @ bp[0:kc, 0:NR]. a: the packed micro-panel [kc][MR] (rows
-    # past `rows` are zero); bp: [kc][NR].
+    # c[0:rows, 0:cols] (+)= A[0:MR, 0:kc] @ bp[0:kc, 0:NR]. a: the packed micro-panel
+    # [kc / FW][MR][FW] (rows past `rows` are zero; a partial last chunk holds kc % FW values per
+    # row, still FW apart); bp: [kc][NR]. Whole chunks run unrolled by FW, so every broadcast has a
+    # constant offset from the chunk.
     var acc = Array[SIMD[F32, FW], MR * NV](fill=SIMD[F32, FW](0))
-    for k in range(kc):
+    var kfull = kc - kc % FW
+    var kk = 0
+    while kk < kfull:
+        var chunk = a.unsafe_offset(kk * MR)
+        var bk = bp.unsafe_offset(kk * NR)
+        comptime for k2 in range(FW):
+            var bv = Array[SIMD[F32, FW], NV](fill=SIMD[F32, FW](0))
+            comptime for v in range(NV):
+                bv[v] = bk.unsafe_load[width=FW](k2 * NR + v * FW)
+            comptime for i in range(MR):
+                var av = SIMD[F32, FW](chunk[unsafe_offset=i * FW + k2])
+                comptime for v in range(NV):
+                    acc[i * NV + v] = av.fma(bv[v], acc[i * NV + v])
+        kk += FW
+    for k in range(kfull, kc):
         var bv = Array[SIMD[F32, FW], NV](fill=SIMD[F32, FW](0))
         comptime for v in range(NV):
             bv[v] = bp.unsafe_load[width=FW](k * NR + v * FW)
         comptime for i in range(MR):
-            var av = SIMD[F32, FW](a[unsafe_offset=k * MR + i])
+            var av = SIMD[F32, FW](a[unsafe_offset=kfull * MR + i * FW + (k - kfull)])
             comptime for v in range(NV):
                 acc[i * NV + v] = av.fma(bv[v], acc[i * NV + v])
     comptime if full:
@@ -173,19 +198,26 @@ def _pack_b[qtype: StaticString](
 
 @always_inline
 def _pack_a(x: Ptr[F32], K: Int, m0: Int, m_end: Int, tiles: Int, k0: Int, kc: Int, ap: Ptr[F32]):
-    # ap[t][k][i] = x[m0 + t*MR + i, k0 + k] for t < tiles, zero for rows at or past m_end: the
-    # micro-kernel's MR broadcasts per k then come from one cache line, not MR rows K apart.
+    # ap[t][k // FW][i][k % FW] = x[m0 + t*MR + i, k0 + k] for t < tiles, zero for rows at or past
+    # m_end: per FW-value k-chunk the tile's MR row pieces lie side by side (MR x FW floats).
     for t in range(tiles):
         var dst = ap.unsafe_offset(t * MR * KC)
         for i in range(MR):
             var row = m0 + t * MR + i
+            var c = 0
             if row < m_end:
                 var src = x.unsafe_offset(row * K + k0)
-                for k in range(kc):
-                    dst[unsafe_offset=k * MR + i] = src[unsafe_offset=k]
+                while c + FW <= kc:
+                    dst.unsafe_store(c * MR + i * FW, src.unsafe_load[width=FW](c))
+                    c += FW
+                for j in range(kc - c):
+                    dst[unsafe_offset=c * MR + i * FW + j] = src[unsafe_offset=c + j]
             else:
-                for k in range(kc):
-                    dst[unsafe_offset=k * MR + i] = 0
+                while c + FW <= kc:
+                    dst.unsafe_store(c * MR + i * FW, SIMD[F32, FW](0))
+                    c += FW
+                for j in range(kc - c):
+                    dst[unsafe_offset=c * MR + i * FW + j] = 0
 
 
 def gemm_cpu[qtype: StaticString](

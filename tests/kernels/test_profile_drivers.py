@@ -50,3 +50,17 @@ def test_profile_qmatmul_builds_and_times_both_q4_formats(tmp_path: Path) -> Non
     # K must cover whole block pairs; the driver says so instead of timing a partial row.
     bad = subprocess.run([str(exe), "64", "96", "3"], capture_output=True, text=True)
     assert bad.returncode != 0 and "multiple of 64" in (bad.stdout + bad.stderr)
+
+
+def test_profile_gemm_builds_times_and_spot_checks_an_odd_shape(tmp_path: Path) -> None:
+    exe = _build("profile_gemm", tmp_path)
+    # M, K, N off every tile and chunk size (MR 6, FW 16 / 8, NR 64 / 16, KC, NC), 3 timed calls.
+    run = subprocess.run([str(exe), "301", "1000", "777", "3"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-4000:]
+    micro = re.search(r"micro-kernel, one core, cache-resident, MR \d+ NR \d+ KC \d+ : ([0-9.e-]+) GFLOP/s", run.stdout)
+    op = re.search(r"whole op, all cores, M 301 K 1000 N 777 : best ([0-9.e-]+) us", run.stdout)
+    assert micro and op, run.stdout
+    assert float(micro.group(1)) > 0 and float(op.group(1)) > 0
+    err = re.search(r"spot check, 64 entries: max abs error ([0-9.e-]+)", run.stdout)
+    # fp32 products summed over K = 1000 values of size <= 0.25: a few 1e-5 at most.
+    assert err and float(err.group(1)) < 1e-3, run.stdout
