@@ -15,13 +15,14 @@
 # -> 1956-2335 us; 1024 keys -7%; 9/3 heads 4096 keys -10 to -17%. Windows of 32 keys measured no
 # better there (see SLOT_KEYS for AVX-512); software prefetch of the next window's slots neither (the
 # hardware prefetchers follow slot order; on Zen 5 two windows ahead gained only while the cache sat
-# in L3, not from DRAM), so slot order only prefetches each block's value rows into L1
-# (attention_tile.mojo, _prefetch_block_rows). Key splits of 256-512 keys with the tasks ordered
+# in L3, not from DRAM). On Zen 4 one window ahead did gain (NEXT_WINDOW_PREFETCH); besides it, slot
+# order prefetches each block's value rows into L1 (attention_tile.mojo, _prefetch_block_rows). Key splits of 256-512 keys with the tasks ordered
 # so the two cores read neighbouring heads of the same slots measured 3-7% slower (merge pass), not
 # kept.
 # The tile itself (scores, online softmax, P @ V) is attention_tile.mojo.
 
 from std.math import exp, sqrt
+from std.sys import PrefetchOptions, prefetch
 from max.gpu.host import DeviceContext
 
 from .attention_tile import (
@@ -38,6 +39,14 @@ from .kv_layout import KVView
 # (faster in 7 of 9), 1024 keys 153-200 -> 136-189 us (7 of 9); 4 rounds: 9/3 heads 512 keys 39-50
 # -> 35-42 us (4 of 4), 32/8 heads 256 keys mixed (66-75 vs 61-75 us).
 comptime SLOT_KEYS = BK if FW == 16 else 16
+# Slot order prefetches the next window's slots (K and V rows of every kv head) while it works on
+# this one. Zen 4 (memory 12-33 GB/s, noisy), 32/8 heads, D = 128, 4096 keys: standalone
+# (profile_attention), 6 alternating runs, 11.6-13.7 -> 12.8-19.1 GB/s of K/V (faster in 5);
+# in-graph interleaved, 6 rounds, 2410-3757 -> 1992-3217 us (faster in 5 of 6; MAX 5069-8001).
+# One window ahead: two measured no better (1856-1938 vs 1493-1852 us in 3 alternating runs). Earlier
+# hosts (Zen 3, Zen 5) measured no gain from it from DRAM, see the header; kept everywhere, since it
+# only issues prefetches for lines the task reads next anyway.
+comptime NEXT_WINDOW_PREFETCH = True
 
 
 def attention_cpu[D: Int](
@@ -135,6 +144,18 @@ def attention_cpu[D: Int](
         var j0 = k_lo
         while j0 < k_end:
             var j1 = min(k_end, j0 + SLOT_KEYS)
+            # The next window's slots, K and V of all heads, spread over this window's head passes
+            # (see NEXT_WINDOW_PREFETCH).
+            comptime if NEXT_WINDOW_PREFETCH:
+                var per_head = ceil_div(SLOT_KEYS, Hkv)
+                for g in range(Hkv):
+                    var pa = j1 + g * per_head
+                    for j in range(pa, min(k_end, pa + per_head)):
+                        var kp = kv.key(b, seq_start, j, 0)
+                        var vp = kv.value(b, seq_start, j, 0)
+                        for i in range(0, Hkv * D, 16):
+                            prefetch[PrefetchOptions().for_read().medium_locality()](kp.unsafe_offset(i))
+                            prefetch[PrefetchOptions().for_read().medium_locality()](vp.unsafe_offset(i))
             for g in range(Hkv):
                 var mem = work.unsafe_offset(((first_tile + g) * splits + split) * per_task)
                 tile_block[D, False](q, kv, b, g, G, Hq, seq_start, ctx_start, seq_start, t1, j0, j1, k_end,
