@@ -40,7 +40,7 @@
 #           KC = 256 / 512 and MC = 48 / 72 / 144 measured within noise of the choice. Not re-measured
 #           on the AVX-512 hosts, where KC stays 128.
 #         Software prefetch in the gemv measured no gain on 4096 x 4096 and cost 6 us per 576 x 1536 op
-#         in a chain (62 -> 68 us).
+#         in a chain (62 -> 68 us) on the first AVX-512 host; on Zen 4 it gains (GEMV_PREFETCH_GROUPS).
 
 from max.gpu.host import DeviceContext
 from std.sys import PrefetchOptions, prefetch
@@ -72,6 +72,16 @@ comptime MC = 96          # m-block of packed x, MC x KC (48 / 144 KB), stays in
 # the cost is one more pass of each task over packed x per halving (from L3), so 128, not 64.
 comptime NC = 128
 comptime GEMV_MAX_M = 8
+# The gemv prefetches the weight rows this many row groups (of R rows) ahead, the same k range: a
+# group's rows are R short streams (2.3 KB each at K = 576) that the hardware prefetchers restart
+# on every group. Zen 4 (memory 20-33 GB/s, noisy), standalone gemv_cpu, 3 alternating runs,
+# medians: 576 x 1536 over 20 copies from DRAM 163-196 -> 133-153 us per op (1 group ahead
+# 139-158, 4 groups 147-162); 4096 x 4096 over 4 copies 2479-2645 -> 2184-2268 us. The first
+# AVX-512 host (Zen 5 class) measured no gain at 4096 x 4096 and a loss at 576 x 1536 (chain 62
+# -> 68 us per op, see the header), so other targets keep the hardware prefetchers alone. In a
+# graph (chains of copies, 6 interleaved rounds, us per op): 576 x 1536 156.7-194.4 -> 116.3-143.0
+# (MAX 179.0-210.4), faster in 6 of 6; 4096 x 4096 2004-2293 -> 1948-2206 (4 of 5; MAX 3564-4203).
+comptime GEMV_PREFETCH_GROUPS = 2 if CompilationTarget._is_arch["znver4"]() else 0
 # Rows of x per GEMM pass (a multiple of MC). x is packed per pass, so the packed copy is at most
 # SLAB_M x K floats (115 MB at Llama-3-8B's K = 14336) instead of a second copy of x for any M (a
 # 32K-token prefill's down projection would have packed 1.9 GB). Each extra pass packs W once more:
@@ -325,6 +335,9 @@ def _gemv_rows[MROWS: Int, R: Int, accumulate: Bool](
         # Load the R weight vectors once, then each x vector once: R + MROWS loads per R * MROWS FMAs.
         var wv = Array[SIMD[F32, FW], R](fill=SIMD[F32, FW](0))
         comptime for r in range(R):
+            comptime if GEMV_PREFETCH_GROUPS > 0:
+                prefetch[PrefetchOptions().for_read().medium_locality()](
+                    w.unsafe_offset((n0 + r + GEMV_PREFETCH_GROUPS * R) * K + k).unsafe_bitcast[UInt8]())
             wv[r] = w.unsafe_load[width=FW]((n0 + r) * K + k)
         comptime for m in range(MROWS):
             var xv = x.unsafe_load[width=FW](m * K + k)
