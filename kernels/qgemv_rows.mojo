@@ -18,10 +18,33 @@ from .quant import HALF, QBLOCK, block_bytes, block_d, block_scales, decode_bloc
 # batch-1 decode step, alternating processes, 4 rounds: 5.74 / 5.85 / 4.89 / 5.22 -> 4.90 / 5.45 /
 # 5.39 / 4.63 ms (host noise is large; 3 of 4 rounds faster).
 comptime PREFETCH_BYTES = 4096
+# Zen 4: tasks of at least FAR_MIN_TASK_BYTES prefetch at two distances instead, 1 KB ahead into L1 and
+# 8 KB ahead into L2 only (prefetcht1): more lines in flight than L1's miss buffers hold. Large ops
+# gain, small ones lose, so the dispatch chooses per task (far_prefetch). Zen 4, memory 20-54 GB/s and
+# noisy: Q4 4096 x 4096 from DRAM, standalone (profile_qmatmul), 16 alternating runs, medians Q4_0
+# 520-588 -> 401-435 us, Q4_1 511-541 -> 404-434; in a graph (chains of copies, 8 interleaved
+# rounds) Q4_0 act=q8 399.2 -> 362.2 us per op, faster in 8 of 8, Q4_1 act=f32 698.7 -> 696.3
+# (compute-bound). Given to every task it cost small ops: 576 x 1536 (135 KB per task) Q4_1 act=q8
+# 39.0 / 38.9 -> 42.1 / 42.4 us, Q4_0 act=f32 51.6 -> 59.5; 4096 x 512 (320 KB per task) Q4_1 act=q8
+# 61.7 -> 64.4; 576 x 16384 (1.5 MB per task) 347.4 -> 313.7 (medians of 6 rounds; minimums 212
+# vs 222). Not measured on other hosts, which keep PREFETCH_BYTES alone.
+comptime FAR_PREFETCH = CompilationTarget._is_arch["znver4"]()
+comptime FAR_MIN_TASK_BYTES = 1 << 20
+
+
+def far_prefetch(task_bytes: Int) -> Bool:
+    """Whether a decode task streaming `task_bytes` of weights takes the two-distance prefetch."""
+    return FAR_PREFETCH and task_bytes >= FAR_MIN_TASK_BYTES
 
 
 @always_inline
-def prefetch_ahead(p: BytePtr):
+def prefetch_ahead(p: BytePtr, far: Bool = False):
+    """Prefetches the weight stream ahead of `p`; far: the two-distance form (far_prefetch)."""
+    comptime if FAR_PREFETCH:
+        if far:
+            prefetch[PrefetchOptions().for_read().high_locality()](p.unsafe_offset(1024))
+            prefetch[PrefetchOptions().for_read().medium_locality()](p.unsafe_offset(8192))
+            return
     comptime if PREFETCH_BYTES > 0:
         prefetch[PrefetchOptions().for_read().high_locality()](p.unsafe_offset(PREFETCH_BYTES))
 
@@ -34,7 +57,7 @@ def block_sums(x: Ptr[F32], nb: Int, xsum: Ptr[F32]):
 
 @always_inline
 def qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
-    x: Ptr[F32], xsum: Ptr[F32], w: BytePtr, row_bytes: Int, y: Ptr[F32], n0: Int, N: Int, K: Int
+    x: Ptr[F32], xsum: Ptr[F32], w: BytePtr, row_bytes: Int, y: Ptr[F32], n0: Int, N: Int, K: Int, far: Bool = False
 ):
     # y[m, n0:n0+R] = x[m, :] . dequant(W[n0:n0+R, :]) for m < MROWS. xsum[b] = sum of x[0, block b].
     comptime bb = block_bytes[qtype]()
@@ -66,12 +89,12 @@ def qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
         # 0.83 -> 0.81. In a graph from DRAM (chains of copies) the same within the noise: there the
         # reads and the per-op hand-off dominate.
         @always_inline
-        def one_block[u: Int](b: Int) {mut accu, mut offset, var x, var xsum, var w, var row_bytes, var n0}:
+        def one_block[u: Int](b: Int) {mut accu, mut offset, var x, var xsum, var w, var row_bytes, var n0, var far}:
             var x0 = x.unsafe_load[width=HALF](b * QBLOCK)
             var x1 = x.unsafe_load[width=HALF](b * QBLOCK + HALF)
             comptime for r in range(R):
                 var blk = w.unsafe_offset((n0 + r) * row_bytes + b * bb)
-                prefetch_ahead(blk)
+                prefetch_ahead(blk, far)
                 comptime if q4:
                     var q = blk.unsafe_offset(head).unsafe_load[width=HALF](0).cast[DType.int32]()
                     var t = nibble_values[base](q >> 4).fma(x1, nibble_values[base](q) * x0)
@@ -108,7 +131,7 @@ def qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
     var acc = Array[SIMD[F32, HALF], MROWS * R](fill=SIMD[F32, HALF](0))
     for b in range(K // QBLOCK):
         comptime for r in range(R):
-            prefetch_ahead(w.unsafe_offset((n0 + r) * row_bytes + b * bb))
+            prefetch_ahead(w.unsafe_offset((n0 + r) * row_bytes + b * bb), far)
         comptime for r in range(R):
             var v = decode_block[qtype](w.unsafe_offset((n0 + r) * row_bytes + b * bb))
             comptime for m in range(MROWS):

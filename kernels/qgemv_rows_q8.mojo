@@ -111,7 +111,8 @@ def _has_coef[qtype: StaticString]() -> Bool:
 
 @always_inline
 def qgemv_rows_q8[MROWS: Int, R: Int, qtype: StaticString](
-    qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], w: BytePtr, row_bytes: Int, y: Ptr[F32], n0: Int, N: Int, K: Int
+    qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], w: BytePtr, row_bytes: Int, y: Ptr[F32], n0: Int, N: Int, K: Int,
+    far: Bool = False,
 ):
     # y[m, n0:n0+R] for m < MROWS from int8 activations (qdot_int8.mojo): per block and row one integer
     # dot product per x row, scaled by d * dx; the offset term (Q4_1 m, Q4_0 -8d, Q8_0 -128d) times sx.
@@ -128,7 +129,7 @@ def qgemv_rows_q8[MROWS: Int, R: Int, qtype: StaticString](
             if b < nb:
                 comptime for r in range(R):
                     var blk = w.unsafe_offset((n0 + r) * row_bytes + b * bb)
-                    prefetch_ahead(blk)
+                    prefetch_ahead(blk, far)
                     var wq = _int8_weights[qtype](blk)
                     var dc = _int8_scales[qtype](blk)
                     var d = dc[0]
@@ -154,7 +155,8 @@ def qgemv_rows_q8[MROWS: Int, R: Int, qtype: StaticString](
 
 @always_inline
 def qgemv_row_q8_mpairs[MROWS: Int, qtype: StaticString](
-    qxp: I8Ptr, dxp: Ptr[F32], sxp: Ptr[F32], w: BytePtr, row_bytes: Int, y: Ptr[F32], n: Int, N: Int, K: Int
+    qxp: I8Ptr, dxp: Ptr[F32], sxp: Ptr[F32], w: BytePtr, row_bytes: Int, y: Ptr[F32], n: Int, N: Int, K: Int,
+    far: Bool = False,
 ):
     # y[m, n] for m < MROWS (3..8) from int8 activations, two x rows per 512-bit dot product: the
     # block's 32 weight bytes are repeated into both halves and dotted with x rows 2j and 2j+1
@@ -168,7 +170,7 @@ def qgemv_row_q8_mpairs[MROWS: Int, qtype: StaticString](
     var off = SIMD[F32, 8](0)
     for b in range(nb):
         var blk = row.unsafe_offset(b * bb)
-        prefetch_ahead(blk)
+        prefetch_ahead(blk, far)
         var wq = _int8_weights[qtype](blk)
         var w2 = wq.join(wq)
         var dc = _int8_scales[qtype](blk)
@@ -261,7 +263,7 @@ def _pair_nibbles[qtype: StaticString, NP: Int](blk: BytePtr) -> Array[SIMD[DTyp
 @always_inline
 def _pair_group[qtype: StaticString, NP: Int](
     blk: BytePtr, xq: I8Ptr, xs: Ptr[F32], dx: Ptr[F32], cx: Ptr[DType.int32],
-    mut acc: Array[SIMD[F32, PAIR_LANES], NP], mut off: SIMD[F32, 4 * NP],
+    mut acc: Array[SIMD[F32, PAIR_LANES], NP], mut off: SIMD[F32, 4 * NP], far: Bool = False,
 ):
     # NP (1 or 2) consecutive block pairs of one weight row from `blk` on; xq, xs, cx point at the first
     # pair's x data and dx at its first block's scale (qdot_int8.mojo, block pairs). All 2 NP headers are
@@ -271,9 +273,9 @@ def _pair_group[qtype: StaticString, NP: Int](
     comptime L = PAIR_LANES
     comptime q4_1 = qtype == "q4_1"
     comptime per_block = 2 if q4_1 else 1  # lanes per block in prod
-    prefetch_ahead(blk)
+    prefetch_ahead(blk, far)
     comptime if NP * 2 * bb > 64:
-        prefetch_ahead(blk.unsafe_offset(64))
+        prefetch_ahead(blk.unsafe_offset(64), far)
     # prod: Q4_1 (d dx, m sx) per block; Q4_0 d dx per block.
     var prod: SIMD[F32, 2 * NP * per_block]
     comptime if q4_1:
@@ -306,7 +308,8 @@ def _pair_group[qtype: StaticString, NP: Int](
 
 @always_inline
 def _octet[qtype: StaticString](
-    blk: BytePtr, xq: I8Ptr, xo: Ptr[F32], co: Ptr[DType.int32], mut acc: SIMD[F32, 8], mut moff: SIMD[F32, 8]
+    blk: BytePtr, xq: I8Ptr, xo: Ptr[F32], co: Ptr[DType.int32], mut acc: SIMD[F32, 8], mut moff: SIMD[F32, 8],
+    far: Bool = False,
 ):
     # 8 consecutive blocks of one weight row from `blk` on (4 block pairs; qdot_int8.mojo, block octets);
     # xq points at the first pair's qx2 bytes, xo / co at the octet's x data. acc += the blocks'
@@ -316,7 +319,7 @@ def _octet[qtype: StaticString](
     comptime q4_1 = qtype == "q4_1"
     comptime head = header_bytes[qtype]()
     comptime for i in range(0, 8 * bb, 64):
-        prefetch_ahead(blk.unsafe_offset(i))
+        prefetch_ahead(blk.unsafe_offset(i), far)
     var w_lo = Array[SIMD[DType.uint8, 32], 4](fill=SIMD[DType.uint8, 32](0))
     var w_hi = Array[SIMD[DType.uint8, 32], 4](fill=SIMD[DType.uint8, 32](0))
     comptime for u in range(4):
@@ -347,6 +350,7 @@ def _octet[qtype: StaticString](
 def qgemv_row_q8_pairs[qtype: StaticString](
     qx2: I8Ptr, xs2: Ptr[F32], cx2: Ptr[DType.int32], xo: Ptr[F32], co: Ptr[DType.int32],
     qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], w: BytePtr, row_bytes: Int, y: Ptr[F32], n: Int, K: Int,
+    far: Bool = False,
 ):
     # y[n] = x . dequant(W[n, :]) for one x row (Q4_0/Q4_1, act = "q8"), two blocks per dot product
     # (qdot_int8.mojo, block pairs). With OCTETS (AVX2 without VNNI) whole octets of 8 blocks go
@@ -369,7 +373,7 @@ def qgemv_row_q8_pairs[qtype: StaticString](
         var moff = SIMD[F32, 8](0)
         while p + 4 <= np:
             _octet[qtype](row.unsafe_offset(2 * p * bb), qx2.unsafe_offset(p * PAIR), xo.unsafe_offset((p // 4) * XO),
-                          co.unsafe_offset((p // 4) * 8), acc8, moff)
+                          co.unsafe_offset((p // 4) * 8), acc8, moff, far)
             p += 4
         total = acc8.reduce_add() + moff.reduce_add()
     # GROUPS groups of 4 blocks per step, each into its own accumulators: with one group a step
@@ -388,14 +392,14 @@ def qgemv_row_q8_pairs[qtype: StaticString](
             acc_u[1] = accs[2 * u + 1]
             var off_u = offs[u]
             _pair_group[qtype, 2](row.unsafe_offset(2 * pu * bb), qx2.unsafe_offset(pu * PAIR), xs2.unsafe_offset(4 * pu),
-                                  dx.unsafe_offset(2 * pu), cx2.unsafe_offset(pu * L), acc_u, off_u)
+                                  dx.unsafe_offset(2 * pu), cx2.unsafe_offset(pu * L), acc_u, off_u, far)
             accs[2 * u] = acc_u[0]
             accs[2 * u + 1] = acc_u[1]
             offs[u] = off_u
         p += 2 * GROUPS
     while p + 2 <= np:
         _pair_group[qtype, 2](row.unsafe_offset(2 * p * bb), qx2.unsafe_offset(p * PAIR), xs2.unsafe_offset(4 * p),
-                              dx.unsafe_offset(2 * p), cx2.unsafe_offset(p * L), acc, off)
+                              dx.unsafe_offset(2 * p), cx2.unsafe_offset(p * L), acc, off, far)
         p += 2
     comptime for u in range(GROUPS):
         acc[0] += accs[2 * u]
@@ -406,7 +410,7 @@ def qgemv_row_q8_pairs[qtype: StaticString](
         var acc1 = Array[SIMD[F32, L], 1](fill=SIMD[F32, L](0))
         var off1 = SIMD[F32, 4](0)
         _pair_group[qtype, 1](row.unsafe_offset(2 * p * bb), qx2.unsafe_offset(p * PAIR), xs2.unsafe_offset(4 * p),
-                              dx.unsafe_offset(2 * p), cx2.unsafe_offset(p * L), acc1, off1)
+                              dx.unsafe_offset(2 * p), cx2.unsafe_offset(p * L), acc1, off1, far)
         acc[0] += acc1[0]
         off += off1.join(SIMD[F32, 4](0))
     var sum = acc[0] + acc[1]

@@ -26,7 +26,7 @@ from .matmul_cpu import GEMV_MAX_M, gemm_cpu
 from .qdot_int8 import (
     OCTETS, PAIR, PAIR_LANES, I8Ptr, octet_floats, octet_layout_q8, pair_layout_q8, quantize_rows_q8, row_pair_layout_q8,
 )
-from .qgemv_rows import block_sums, qgemv_rows
+from .qgemv_rows import block_sums, far_prefetch, qgemv_rows
 from .qgemv_rows_q8 import qgemv_row_q8_mpairs, qgemv_row_q8_pairs, qgemv_rows_q8
 from .quant import QBLOCK, block_bytes
 
@@ -44,6 +44,7 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
     comptime int8_act = act == "q8"
     var tasks = 1 if N * row_bytes < 65536 else cpu_threads() * 2
     var per = ceil_div(ceil_div(N, tasks), R) * R
+    var far = far_prefetch(per * row_bytes)
     var nb = K // QBLOCK
     # Float path: block sums of the (first) x row, for the Q4 decode path's offset term.
     # Int8 path: x quantized per block (qdot_int8.mojo), once per call, shared by all tasks.
@@ -80,30 +81,30 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
         block_sums(x, nb, xsum)
 
     def task(t: Int) {var y, var x, var xsum, var qx, var dx, var sx, var qx2, var xs2, var cx2, var xo, var co, var qxp,
-                      var dxp, var sxp, var w, var row_bytes, var N, var K, var per}:
+                      var dxp, var sxp, var w, var row_bytes, var N, var K, var per, var far}:
         var n = t * per
         var end = min(N, n + per)
         comptime if mpairs:
             while n < end:
-                qgemv_row_q8_mpairs[MROWS, qtype](qxp, dxp, sxp, w, row_bytes, y, n, N, K)
+                qgemv_row_q8_mpairs[MROWS, qtype](qxp, dxp, sxp, w, row_bytes, y, n, N, K, far)
                 n += 1
             return
         comptime if pairs:
             while n < end:
-                qgemv_row_q8_pairs[qtype](qx2, xs2, cx2, xo, co, qx, dx, sx, w, row_bytes, y, n, K)
+                qgemv_row_q8_pairs[qtype](qx2, xs2, cx2, xo, co, qx, dx, sx, w, row_bytes, y, n, K, far)
                 n += 1
             return
         while n + R <= end:
             comptime if int8_act:
-                qgemv_rows_q8[MROWS, R, qtype](qx, dx, sx, w, row_bytes, y, n, N, K)
+                qgemv_rows_q8[MROWS, R, qtype](qx, dx, sx, w, row_bytes, y, n, N, K, far)
             else:
-                qgemv_rows[MROWS, R, qtype](x, xsum, w, row_bytes, y, n, N, K)
+                qgemv_rows[MROWS, R, qtype](x, xsum, w, row_bytes, y, n, N, K, far)
             n += R
         while n < end:
             comptime if int8_act:
-                qgemv_rows_q8[MROWS, 1, qtype](qx, dx, sx, w, row_bytes, y, n, N, K)
+                qgemv_rows_q8[MROWS, 1, qtype](qx, dx, sx, w, row_bytes, y, n, N, K, far)
             else:
-                qgemv_rows[MROWS, 1, qtype](x, xsum, w, row_bytes, y, n, N, K)
+                qgemv_rows[MROWS, 1, qtype](x, xsum, w, row_bytes, y, n, N, K, far)
             n += 1
 
     if tasks == 1:
