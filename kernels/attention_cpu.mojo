@@ -23,6 +23,7 @@
 
 from std.math import exp, sqrt
 from std.sys import PrefetchOptions, prefetch
+from std.sys.info import CompilationTarget
 from max.gpu.host import DeviceContext
 
 from .attention_tile import (
@@ -31,6 +32,13 @@ from .attention_tile import (
 from .common import F32, FW, Ptr, ceil_div, cpu_threads, parallel_for, scratch
 from .kv_layout import KVView
 
+# Slot order prefetches the next window's slots (K and V rows of every kv head) while it works on
+# this one, on Zen 4. There, 32/8 heads, D = 128, 4096 keys, with 64-key windows: standalone
+# (profile_attention), 6 alternating runs, 11.6-13.7 -> 12.8-19.1 GB/s of K/V (faster in 5);
+# in-graph interleaved, 6 rounds, 2410-3757 -> 1992-3217 us (faster in 5 of 6; MAX 5069-8001). Two
+# windows ahead measured no better (1856-1938 vs 1493-1852 us in 3 alternating runs). Zen 3 and Zen 5
+# measured no gain from it from DRAM (see the header), so they keep the hardware prefetchers alone.
+comptime NEXT_WINDOW_PREFETCH = CompilationTarget._is_arch["znver4"]()
 # Slot-ordered decode: keys per window (K and V of all kv heads: 8 KB a key at 8 x 128). 16 with AVX2,
 # where windows of 32 measured no better (Zen 3, 512 KB L2). 64 (= BK, the most one score block
 # takes) with AVX-512: the per-window softmax and setup are paid 4x less often. Zen 5 (1 MB L2),
@@ -38,15 +46,13 @@ from .kv_layout import KVView
 # 15.5-16.9 ns per key and kv head (9 of 9); whole op 32/8 heads 4096 keys 835-1068 -> 795-980 us
 # (faster in 7 of 9), 1024 keys 153-200 -> 136-189 us (7 of 9); 4 rounds: 9/3 heads 512 keys 39-50
 # -> 35-42 us (4 of 4), 32/8 heads 256 keys mixed (66-75 vs 61-75 us).
-comptime SLOT_KEYS = BK if FW == 16 else 16
-# Slot order prefetches the next window's slots (K and V rows of every kv head) while it works on
-# this one. Zen 4 (memory 12-33 GB/s, noisy), 32/8 heads, D = 128, 4096 keys: standalone
-# (profile_attention), 6 alternating runs, 11.6-13.7 -> 12.8-19.1 GB/s of K/V (faster in 5);
-# in-graph interleaved, 6 rounds, 2410-3757 -> 1992-3217 us (faster in 5 of 6; MAX 5069-8001).
-# One window ahead: two measured no better (1856-1938 vs 1493-1852 us in 3 alternating runs). Earlier
-# hosts (Zen 3, Zen 5) measured no gain from it from DRAM, see the header; kept everywhere, since it
-# only issues prefetches for lines the task reads next anyway.
-comptime NEXT_WINDOW_PREFETCH = True
+# 32 with the next-window prefetch (Zen 4): a window and the next one prefetched, 2 x 512 KB with
+# 64 keys, filled the 1 MB L2, and the prefetch evicted the window being read. Zen 4, 32/8 heads,
+# 4096 keys, standalone, 6 alternating runs: 64 keys 2200-3164 us, 32 keys 1682-1866 (faster in 6),
+# 16 keys 1536-2415; block kernel in cache 27-34 ns per key and kv head at 64, 29-36 at 32, 32-40 at 16.
+# In a graph, 8 interleaved rounds, medians of rounds: no prefetch 3027 us, 64 keys 3100, 32 keys
+# 2168 (faster than both in 8 of 8; MAX 8040).
+comptime SLOT_KEYS = (32 if NEXT_WINDOW_PREFETCH else BK) if FW == 16 else 16
 
 
 def attention_cpu[D: Int](
