@@ -16,9 +16,9 @@
 # better there (see SLOT_KEYS for AVX-512); software prefetch of the next window's slots neither (the
 # hardware prefetchers follow slot order; on Zen 5 two windows ahead gained only while the cache sat
 # in L3, not from DRAM). On Zen 4 one window ahead did gain (NEXT_WINDOW_PREFETCH); besides it, slot
-# order prefetches each block's value rows into L1 (attention_tile.mojo, _prefetch_block_rows). Key splits of 256-512 keys with the tasks ordered
-# so the two cores read neighbouring heads of the same slots measured 3-7% slower (merge pass), not
-# kept.
+# order prefetches each block's value rows into L1 (attention_tile.mojo, _prefetch_block_rows). Key
+# splits of 256-512 keys with the tasks ordered so the two cores read neighbouring heads of the same
+# slots measured 3-7% slower (merge pass), not kept.
 # The tile itself (scores, online softmax, P @ V) is attention_tile.mojo.
 
 from std.math import exp, sqrt
@@ -32,8 +32,8 @@ from .attention_tile import (
 from .common import F32, FW, Ptr, ceil_div, cpu_threads, parallel_for, scratch
 from .kv_layout import KVView
 
-# Slot order prefetches the next window's slots (K and V rows of every kv head) while it works on
-# this one, on Zen 4. There, 32/8 heads, D = 128, 4096 keys, with 64-key windows: standalone
+# Slot order prefetches the next window's slots (K and V rows of every kv head) at the start of
+# this one, on Zen 4 (into L2: prefetcht1). There, 32/8 heads, D = 128, 4096 keys, with 64-key windows: standalone
 # (profile_attention), 6 alternating runs, 11.6-13.7 -> 12.8-19.1 GB/s of K/V (faster in 5);
 # in-graph interleaved, 6 rounds, 2410-3757 -> 1992-3217 us (faster in 5 of 6; MAX 5069-8001). Two
 # windows ahead measured no better (1856-1938 vs 1493-1852 us in 3 alternating runs). Zen 3 and Zen 5
@@ -150,16 +150,14 @@ def attention_cpu[D: Int](
         var j0 = k_lo
         while j0 < k_end:
             var j1 = min(k_end, j0 + SLOT_KEYS)
-            # The next window's slots, K and V of all heads, spread over this window's head passes
-            # (see NEXT_WINDOW_PREFETCH).
+            # The next window's slots, K and V rows of every kv head, requested before this window's
+            # head passes (see NEXT_WINDOW_PREFETCH); 16 floats per 64-byte line.
             comptime if NEXT_WINDOW_PREFETCH:
-                var per_head = ceil_div(SLOT_KEYS, Hkv)
-                for g in range(Hkv):
-                    var pa = j1 + g * per_head
-                    for j in range(pa, min(k_end, pa + per_head)):
-                        var kp = kv.key(b, seq_start, j, 0)
-                        var vp = kv.value(b, seq_start, j, 0)
-                        for i in range(0, Hkv * D, 16):
+                for j in range(j1, min(k_end, j1 + SLOT_KEYS)):
+                    for g in range(Hkv):
+                        var kp = kv.key(b, seq_start, j, g)
+                        var vp = kv.value(b, seq_start, j, g)
+                        comptime for i in range(0, D, 16):
                             prefetch[PrefetchOptions().for_read().medium_locality()](kp.unsafe_offset(i))
                             prefetch[PrefetchOptions().for_read().medium_locality()](vp.unsafe_offset(i))
             for g in range(Hkv):

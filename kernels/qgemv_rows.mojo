@@ -30,6 +30,8 @@ comptime PREFETCH_BYTES = 4096
 # vs 222). Not measured on other hosts, which keep PREFETCH_BYTES alone.
 comptime FAR_PREFETCH = CompilationTarget._is_arch["znver4"]()
 comptime FAR_MIN_TASK_BYTES = 1 << 20
+comptime FAR_L1_BYTES = 1024   # distance of the prefetch into L1
+comptime FAR_L2_BYTES = 8192   # distance of the prefetch into L2
 
 
 def far_prefetch(task_bytes: Int) -> Bool:
@@ -42,8 +44,8 @@ def prefetch_ahead(p: BytePtr, far: Bool = False):
     """Prefetches the weight stream ahead of `p`; far: the two-distance form (far_prefetch)."""
     comptime if FAR_PREFETCH:
         if far:
-            prefetch[PrefetchOptions().for_read().high_locality()](p.unsafe_offset(1024))
-            prefetch[PrefetchOptions().for_read().medium_locality()](p.unsafe_offset(8192))
+            prefetch[PrefetchOptions().for_read().high_locality()](p.unsafe_offset(FAR_L1_BYTES))
+            prefetch[PrefetchOptions().for_read().medium_locality()](p.unsafe_offset(FAR_L2_BYTES))
             return
     comptime if PREFETCH_BYTES > 0:
         prefetch[PrefetchOptions().for_read().high_locality()](p.unsafe_offset(PREFETCH_BYTES))
