@@ -91,6 +91,19 @@ comptime SLAB_M = 21 * MC
 
 
 @always_inline
+def _k_step(mut acc: Array[SIMD[F32, FW], MR * NV], a: Ptr[F32], b: Ptr[F32]):
+    # One k of the micro-tile: acc[i][v] += a[i * FW] * b[v * FW : (v + 1) * FW]. a: the k's value of
+    # each of the MR rows, FW apart in the packed micro-panel; b: the k's NR packed W values.
+    var bv = Array[SIMD[F32, FW], NV](fill=SIMD[F32, FW](0))
+    comptime for v in range(NV):
+        bv[v] = b.unsafe_load[width=FW](v * FW)
+    comptime for i in range(MR):
+        var av = SIMD[F32, FW](a[unsafe_offset=i * FW])
+        comptime for v in range(NV):
+            acc[i * NV + v] = av.fma(bv[v], acc[i * NV + v])
+
+
+@always_inline
 def _micro_tile[first: Bool, full: Bool](
     a: Ptr[F32], bp: Ptr[F32], c: Ptr[F32], ldc: Int, kc: Int, rows: Int, cols: Int
 ):
@@ -105,22 +118,11 @@ def _micro_tile[first: Bool, full: Bool](
         var chunk = a.unsafe_offset(kk * MR)
         var bk = bp.unsafe_offset(kk * NR)
         comptime for k2 in range(FW):
-            var bv = Array[SIMD[F32, FW], NV](fill=SIMD[F32, FW](0))
-            comptime for v in range(NV):
-                bv[v] = bk.unsafe_load[width=FW](k2 * NR + v * FW)
-            comptime for i in range(MR):
-                var av = SIMD[F32, FW](chunk[unsafe_offset=i * FW + k2])
-                comptime for v in range(NV):
-                    acc[i * NV + v] = av.fma(bv[v], acc[i * NV + v])
+            _k_step(acc, chunk.unsafe_offset(k2), bk.unsafe_offset(k2 * NR))
         kk += FW
+    var tail = a.unsafe_offset(kfull * MR)
     for k in range(kfull, kc):
-        var bv = Array[SIMD[F32, FW], NV](fill=SIMD[F32, FW](0))
-        comptime for v in range(NV):
-            bv[v] = bp.unsafe_load[width=FW](k * NR + v * FW)
-        comptime for i in range(MR):
-            var av = SIMD[F32, FW](a[unsafe_offset=kfull * MR + i * FW + (k - kfull)])
-            comptime for v in range(NV):
-                acc[i * NV + v] = av.fma(bv[v], acc[i * NV + v])
+        _k_step(acc, tail.unsafe_offset(k - kfull), bp.unsafe_offset(k * NR))
     comptime if full:
         comptime for i in range(MR):
             comptime for v in range(NV):
@@ -214,20 +216,16 @@ def _pack_a(x: Ptr[F32], K: Int, m0: Int, m_end: Int, tiles: Int, k0: Int, kc: I
         var dst = ap.unsafe_offset(t * MR * KC)
         for i in range(MR):
             var row = m0 + t * MR + i
+            var live = row < m_end
+            # A dead row's source is never read; clamping keeps its address inside x.
+            var src = x.unsafe_offset(min(row, m_end - 1) * K + k0)
             var c = 0
-            if row < m_end:
-                var src = x.unsafe_offset(row * K + k0)
-                while c + FW <= kc:
-                    dst.unsafe_store(c * MR + i * FW, src.unsafe_load[width=FW](c))
-                    c += FW
-                for j in range(kc - c):
-                    dst[unsafe_offset=c * MR + i * FW + j] = src[unsafe_offset=c + j]
-            else:
-                while c + FW <= kc:
-                    dst.unsafe_store(c * MR + i * FW, SIMD[F32, FW](0))
-                    c += FW
-                for j in range(kc - c):
-                    dst[unsafe_offset=c * MR + i * FW + j] = 0
+            while c + FW <= kc:
+                var v = src.unsafe_load[width=FW](c) if live else SIMD[F32, FW](0)
+                dst.unsafe_store(c * MR + i * FW, v)
+                c += FW
+            for j in range(kc - c):
+                dst[unsafe_offset=c * MR + i * FW + j] = src[unsafe_offset=c + j] if live else 0
 
 
 def gemm_cpu[qtype: StaticString](
