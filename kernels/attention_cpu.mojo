@@ -22,7 +22,6 @@
 # The tile itself (scores, online softmax, P @ V) is attention_tile.mojo.
 
 from std.math import exp, sqrt
-from std.sys import PrefetchOptions, prefetch
 from std.sys.info import CompilationTarget
 from max.gpu.host import DeviceContext
 
@@ -32,12 +31,21 @@ from .attention_tile import (
 from .common import F32, FW, Ptr, ceil_div, cpu_threads, parallel_for, scratch
 from .kv_layout import KVView
 
-# Slot order prefetches the next window's slots (K and V rows of every kv head) at the start of
-# this one, on Zen 4 (into L2: prefetcht1). There, 32/8 heads, D = 128, 4096 keys, with 64-key windows: standalone
-# (profile_attention), 6 alternating runs, 11.6-13.7 -> 12.8-19.1 GB/s of K/V (faster in 5);
-# in-graph interleaved, 6 rounds, 2410-3757 -> 1992-3217 us (faster in 5 of 6; MAX 5069-8001). Two
-# windows ahead measured no better (1856-1938 vs 1493-1852 us in 3 alternating runs). Zen 3 and Zen 5
-# measured no gain from it from DRAM (see the header), so they keep the hardware prefetchers alone.
+# Slot order prefetches the next window's slots (K and V rows of every kv head) into L2
+# (prefetcht1) on Zen 4, spread over this window: each head's block of this window requests its
+# share of the next window's (key, head) pairs, a few per group of 4 keys, in address order
+# (attention_tile._prefetch_next_window). Zen 4, 32/8 heads, D = 128, 4096 keys:
+# - all of the next window at the start of this one (64-key windows): standalone
+#   (profile_attention), 6 alternating runs, 11.6-13.7 -> 12.8-19.1 GB/s of K/V (faster in 5);
+#   in-graph interleaved, 6 rounds, 2410-3757 -> 1992-3217 us (faster in 5 of 6; MAX 5069-8001).
+#   Two windows ahead measured no better (1856-1938 vs 1493-1852 us in 3 alternating runs).
+# - spread instead of all at the start: standalone, 6 alternating runs, 975-1204 -> 830-957 us
+#   (faster in 6); in a graph, 8 interleaved rounds, medians of rounds 1223 -> 899 us (faster in 8;
+#   MAX 4279). Spread with 16- or 64-key windows or two windows ahead: no better (5 alternating
+#   runs, 829-881 / 864-926 / 861-923 vs 816-939 us). 1024 keys, 9/3 heads at 512 and 4096 keys and
+#   32/8 at 256: unchanged or 1-4% faster.
+# Zen 3 and Zen 5 measured no gain from the burst form from DRAM (see the header), so they keep the
+# hardware prefetchers alone; the spread form is untried there.
 comptime NEXT_WINDOW_PREFETCH = CompilationTarget._is_arch["znver4"]()
 # Slot-ordered decode: keys per window (K and V of all kv heads: 8 KB a key at 8 x 128). 16 with AVX2,
 # where windows of 32 measured no better (Zen 3, 512 KB L2). 64 (= BK, the most one score block
@@ -150,20 +158,14 @@ def attention_cpu[D: Int](
         var j0 = k_lo
         while j0 < k_end:
             var j1 = min(k_end, j0 + SLOT_KEYS)
-            # The next window's slots, K and V rows of every kv head, requested before this window's
-            # head passes (see NEXT_WINDOW_PREFETCH); 16 floats per 64-byte line.
-            comptime if NEXT_WINDOW_PREFETCH:
-                for j in range(j1, min(k_end, j1 + SLOT_KEYS)):
-                    for g in range(Hkv):
-                        var kp = kv.key(b, seq_start, j, g)
-                        var vp = kv.value(b, seq_start, j, g)
-                        comptime for i in range(0, D, 16):
-                            prefetch[PrefetchOptions().for_read().medium_locality()](kp.unsafe_offset(i))
-                            prefetch[PrefetchOptions().for_read().medium_locality()](vp.unsafe_offset(i))
+            # The next window's (key, head) pairs, spread over this window's head blocks (see
+            # NEXT_WINDOW_PREFETCH).
+            var nxt = (min(k_end, j1 + SLOT_KEYS) - j1) if NEXT_WINDOW_PREFETCH else 0
             for g in range(Hkv):
                 var mem = work.unsafe_offset(((first_tile + g) * splits + split) * per_task)
                 tile_block[D, False](q, kv, b, g, G, Hq, seq_start, ctx_start, seq_start, t1, j0, j1, k_end,
-                                      scale, mem, tile_ml[D](mem), tile_scores[D](mem), tile_kt[D](mem))
+                                      scale, mem, tile_ml[D](mem), tile_scores[D](mem), tile_kt[D](mem),
+                                      j1, g * nxt, (g + 1) * nxt, Hkv)
             j0 = j1
         if splits == 1:
             for g in range(Hkv):

@@ -25,7 +25,7 @@
 from std.math import exp
 from std.sys import PrefetchOptions, prefetch
 
-from .common import F32, FW, Ptr
+from .common import F32, FW, Ptr, ceil_div
 from .kv_layout import KVView
 from .shuffles import sum_lanes_tile
 
@@ -85,6 +85,26 @@ def _prefetch_block_rows[D: Int, HEAD_PREFETCH: Bool](
         comptime for i in range(0, D, 16):
             prefetch[PrefetchOptions().for_read().high_locality()](kv.value(b, seq_start, j, g).unsafe_offset(i))
             prefetch[PrefetchOptions().for_read().high_locality()](kv.key(b, seq_start, min(j + SLOT_PFK, k_end - 1), g).unsafe_offset(i))
+
+
+@always_inline
+def _prefetch_next_window[D: Int](kv: KVView[F32], b: Int, seq_start: Int, j_next: Int, hkv: Int, lo: Int, hi: Int):
+    # K and V rows of (key, head) pairs [lo, hi) of the next window in slot order (pair i: key
+    # j_next + i // hkv, head i % hkv), into L2 (see attention_cpu.NEXT_WINDOW_PREFETCH).
+    if lo >= hi:
+        return
+    var j = j_next + lo // hkv
+    var g = lo % hkv
+    for _ in range(lo, hi):
+        var kp = kv.key(b, seq_start, j, g)
+        var vp = kv.value(b, seq_start, j, g)
+        comptime for i in range(0, D, 16):
+            prefetch[PrefetchOptions().for_read().medium_locality()](kp.unsafe_offset(i))
+            prefetch[PrefetchOptions().for_read().medium_locality()](vp.unsafe_offset(i))
+        g += 1
+        if g == hkv:
+            g = 0
+            j += 1
 
 
 @always_inline
@@ -173,9 +193,12 @@ def tile_block[D: Int, HEAD_PREFETCH: Bool](
     q: Ptr[F32], kv: KVView[F32], b: Int, g: Int, G: Int, Hq: Int, seq_start: Int, ctx_start: Int,
     t0: Int, t1: Int, j0: Int, j1: Int, k_end: Int, scale: Float32,
     o_part: Ptr[F32], ml_part: Ptr[F32], scores: Ptr[F32], kt: Ptr[F32],
+    pf_next: Int = 0, pf_lo: Int = 0, pf_hi: Int = 0, hkv: Int = 1,
 ):
     # Folds keys [j0, j1) (at most BK of them, all < k_end) into the tile's online-softmax state.
     # HEAD_PREFETCH: the task walks one head (see _prefetch_block_rows); False in slot order.
+    # pf_*: slot order's next-window prefetch, pairs [pf_lo, pf_hi) of the window at key pf_next
+    # (_prefetch_next_window), spread over this block's groups of 4 keys.
     var rows = (t1 - t0) * G
     var n = j1 - j0
     if t1 - t0 >= 4 and n >= FW:
@@ -223,7 +246,12 @@ def tile_block[D: Int, HEAD_PREFETCH: Bool](
         # since a padded 4 x 2 group costs as much as two rows (measured 11% slower at 9/3 heads).
         comptime NQ = FW // 4
         var r_grouped = rows if FW == 16 else rows - rows % NQ
+        var pf_per = ceil_div(pf_hi - pf_lo, max(1, n // 4))  # pairs prefetched per group of 4 keys
+        var pf_at = pf_lo
         while j_tail + 4 <= j1:
+            comptime if not HEAD_PREFETCH:
+                _prefetch_next_window[D](kv, b, seq_start, pf_next, hkv, pf_at, min(pf_hi, pf_at + pf_per))
+                pf_at += pf_per
             var kp4 = Array[Ptr[F32], 4](fill=q)
             comptime for ki in range(4):
                 var j = j_tail + ki
