@@ -96,11 +96,8 @@ def _prefetch_next_window[D: Int](kv: KVView[F32], b: Int, seq_start: Int, j_nex
     var j = j_next + lo // hkv
     var g = lo % hkv
     for _ in range(lo, hi):
-        var kp = kv.key(b, seq_start, j, g)
-        var vp = kv.value(b, seq_start, j, g)
-        comptime for i in range(0, D, 16):
-            prefetch[PrefetchOptions().for_read().medium_locality()](kp.unsafe_offset(i))
-            prefetch[PrefetchOptions().for_read().medium_locality()](vp.unsafe_offset(i))
+        _prefetch_row[D](kv.key(b, seq_start, j, g))
+        _prefetch_row[D](kv.value(b, seq_start, j, g))
         g += 1
         if g == hkv:
             g = 0
