@@ -36,7 +36,7 @@
 # 0.45 -> 0.41. In a graph, chains of 576 x 1536 copies from DRAM, 3 interleaved rounds, us per op:
 # Q4_0 22.2 / 22.6 / 27.7 -> 21.5 / 21.6 / 24.1, Q4_1 26.2 / 27.1 / 27.9 -> 24.1 / 24.7 / 25.4.
 # With NIBBLE_PERM the 4 headers of a group are one vpermb of the window already loaded for the
-# nibbles (_window_headers). Zen 4, profile_qmatmul, one core cache-resident, 128 x 4096, 4
+# nibbles (_group_headers). Zen 4, profile_qmatmul, one core cache-resident, 128 x 4096, 4
 # alternating runs, minimums, ns per block: Q4_0 0.734 -> 0.673, Q4_1 0.733 -> 0.714. In a graph,
 # chains of 4096 x 4096 Q4_0 copies from DRAM, 8 interleaved rounds, median per op 287.8 -> 274.3 us.
 
@@ -240,8 +240,14 @@ comptime _NIBBLE_MATRIX = _nibble_matrix()
 
 
 @always_inline
+def _permute_bytes(window: SIMD[DType.uint8, 64], perm: SIMD[DType.uint8, 64]) -> SIMD[DType.uint8, 64]:
+    """vpermb: byte i of the result is window[perm[i] % 64]."""
+    return llvm_intrinsic["llvm.x86.avx512.permvar.qi.512", SIMD[DType.uint8, 64]](window, perm)
+
+
+@always_inline
 def _nibbles_vbmi(window: SIMD[DType.uint8, 64], perm: SIMD[DType.uint8, 64]) -> SIMD[DType.uint8, 64]:
-    var ab = llvm_intrinsic["llvm.x86.avx512.permvar.qi.512", SIMD[DType.uint8, 64]](window, perm)
+    var ab = _permute_bytes(window, perm)
     return llvm_intrinsic["llvm.x86.vgf2p8affineqb.512", SIMD[DType.uint8, 64]](ab, _NIBBLE_MATRIX, Int8(0))
 
 
@@ -261,8 +267,19 @@ comptime _HEADER_PERM[qtype: StaticString] = _header_perm[qtype]()
 
 
 @always_inline
-def _window_headers[qtype: StaticString](window: SIMD[DType.uint8, 64]) -> SIMD[DType.uint8, 64]:
-    return llvm_intrinsic["llvm.x86.avx512.permvar.qi.512", SIMD[DType.uint8, 64]](window, _HEADER_PERM[qtype])
+def _group_headers[qtype: StaticString, NP: Int, H: DType](blk: BytePtr, win0: SIMD[DType.uint8, 64]) -> SIMD[H, 2 * NP]:
+    """The raw headers of the 2 NP blocks from `blk` on, one H word each (Q4_0 d: uint16; Q4_1 d, m:
+    uint32). With NIBBLE_PERM and NP == 2 one vpermb of win0 (the group's first 64 bytes) instead of
+    4 scalar loads and 3 inserts."""
+    comptime bb = block_bytes[qtype]()
+    comptime head = header_bytes[qtype]()
+    comptime if NIBBLE_PERM and NP == 2:
+        var words = bitcast[H, 64 // head](_permute_bytes(win0, _HEADER_PERM[qtype]))
+        return rebind[SIMD[H, 2 * NP]](words.slice[4, offset=0]())
+    var h = SIMD[H, 2 * NP](0)
+    comptime for j in range(2 * NP):
+        h[j] = blk.unsafe_offset(j * bb).unsafe_bitcast[Scalar[H]]()[unsafe_offset=0]
+    return h
 
 
 @always_inline
@@ -301,31 +318,19 @@ def _pair_group[qtype: StaticString, NP: Int](
     prefetch_ahead(blk, far)
     comptime if NP * 2 * bb > 64:
         prefetch_ahead(blk.unsafe_offset(64), far)
-    # prod: Q4_1 (d dx, m sx) per block; Q4_0 d dx per block. With NIBBLE_PERM a group's 4 headers
-    # come from the 64-byte window its first pair's nibbles are read from, by one more vpermb
-    # (_window_headers), instead of 4 scalar loads and 3 inserts.
+    # prod: Q4_1 (d dx, m sx) per block; Q4_0 d dx per block. With NIBBLE_PERM the headers and the
+    # first pair's nibbles come from one 64-byte window of the group (_group_headers, _pair_nibbles).
     var prod: SIMD[F32, 2 * NP * per_block]
-    comptime WIN_HEADERS = NIBBLE_PERM and NP == 2
     var win0 = SIMD[DType.uint8, 64](0)
-    comptime if WIN_HEADERS:
+    comptime if NIBBLE_PERM and NP == 2:
         win0 = blk.unsafe_load[width=64](0)
     comptime if q4_1:
-        var h = SIMD[DType.uint32, 2 * NP](0)
-        comptime if WIN_HEADERS:
-            h = rebind[SIMD[DType.uint32, 2 * NP]](bitcast[DType.uint32, 16](_window_headers[qtype](win0)).slice[4, offset=0]())
-        else:
-            comptime for j in range(2 * NP):
-                h[j] = blk.unsafe_offset(j * bb).unsafe_bitcast[UInt32]()[unsafe_offset=0]
+        var h = _group_headers[qtype, NP, DType.uint32](blk, win0)
         var p4 = bitcast[DType.float16, 4 * NP](h).cast[F32]() * xs.unsafe_load[width=4 * NP](0)
         off += p4
         prod = rebind[SIMD[F32, 2 * NP * per_block]](p4)
     else:
-        var h = SIMD[DType.uint16, 2 * NP](0)
-        comptime if WIN_HEADERS:
-            h = rebind[SIMD[DType.uint16, 2 * NP]](bitcast[DType.uint16, 32](_window_headers[qtype](win0)).slice[4, offset=0]())
-        else:
-            comptime for j in range(2 * NP):
-                h[j] = blk.unsafe_offset(j * bb).unsafe_bitcast[UInt16]()[unsafe_offset=0]
+        var h = _group_headers[qtype, NP, DType.uint16](blk, win0)
         prod = rebind[SIMD[F32, 2 * NP * per_block]](
             bitcast[DType.float16, 2 * NP](h).cast[F32]() * dx.unsafe_load[width=2 * NP](0))
     var wq = _pair_nibbles[qtype, NP](blk, win0)
