@@ -10,6 +10,7 @@
 #   row kernel, one core: qgemv_row_q8_pairs over N rows of K, the weights cache-resident (N x K small
 #     enough for L2), best of `reps` timings of 20 passes: the compute cost per 32-value block.
 #   f32 row kernel, one core: the same for float activations (act = "f32", qgemv_rows[1, 1]).
+#   f32 group rows, one core (AVX-512 hosts): qgemv_row_groups, which act = "f32" M = 1 runs there.
 #   whole op: qmatmul_cpu on both cores over distinct weight copies totalling >= 64 MB, so the weights
 #     stream from DRAM as in a model's decode step, with its parallel hand-off.
 # Weights are synthetic bytes with valid half-precision headers; the printed checksum only keeps the
@@ -21,6 +22,7 @@ from std.time import perf_counter_ns
 
 from kernels.common import BytePtr, F32, scratch
 from kernels.qdot_int8 import I8Ptr, octet_floats, octet_layout_q8, pair_layout_q8, quantize_rows_q8
+from kernels.qgemv_groups import GROUP_VALUES, GROUPS_F32, LANES, groups_layout, qgemv_row_groups
 from kernels.qgemv_rows import block_sums, qgemv_rows
 from kernels.qgemv_rows_q8 import qgemv_row_q8_pairs
 from kernels.qmatmul_cpu import qmatmul_cpu
@@ -90,6 +92,28 @@ def profile[qtype: StaticString](N: Int, K: Int, reps: Int, ctx: DeviceContext) 
     print(qtype, "f32 row kernel, one core, cache-resident, N", N, "K", K, ":", best_f32 / Float64(N * nb),
           "ns per block (checksum", y[unsafe_offset=0], ")")
     xsum.unsafe_free()
+
+    # The AVX-512 group rows that act = "f32" M = 1 runs there instead (qgemv_groups.mojo).
+    comptime if GROUPS_F32:
+        var ng = K // GROUP_VALUES
+        var gxp = scratch[F32](ng * 8 * LANES + 1)
+        var gxc = scratch[F32](ng * LANES + 1)
+        var gxs = scratch[F32](ng * LANES + 1)
+        var gxb = scratch[F32](nb)
+        groups_layout[qtype](x, K, gxp, gxc, gxs, gxb)
+        var best_groups = Float64(1e30)
+        for _ in range(reps):
+            var t0 = perf_counter_ns()
+            for _ in range(20):
+                for n in range(N):
+                    qgemv_row_groups[qtype](x, gxp, gxc, gxs, gxb, w, row_bytes, y, n, K)
+            best_groups = min(best_groups, Float64(perf_counter_ns() - t0) / 20.0)
+        print(qtype, "f32 group rows, one core, cache-resident, N", N, "K", K, ":", best_groups / Float64(N * nb),
+              "ns per block (checksum", y[unsafe_offset=0], ")")
+        gxp.unsafe_free()
+        gxc.unsafe_free()
+        gxs.unsafe_free()
+        gxb.unsafe_free()
 
     # Whole op from DRAM: copies of a 4096 x K matrix totalling >= 64 MB.
     comptime OP_N = 4096

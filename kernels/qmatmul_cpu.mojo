@@ -8,7 +8,8 @@
 #          4096 x 4096 673 -> 416 us; sharing the Q4 rows' loop, one horizontal sum per chain, then
 #          measured 606-627 -> 566-574 and 427-436 -> 257-258 us). For M > 1 each block is decoded to floats once and
 #          reused by up to 8 rows (2 weight rows in flight); M > 8 runs in groups of <= 8 rows, each
-#          streaming the weights again. The rows: qgemv_rows.mojo (float x), qgemv_rows_q8.mojo
+#          streaming the weights again. The rows: qgemv_rows.mojo (float x; on AVX-512 hosts M = 1
+#          Q4_0 / Q4_1 take qgemv_groups.mojo, 4 blocks at a time), qgemv_rows_q8.mojo
 #          (act = "q8": x quantized to int8 per block, integer block dot products).
 #   gemm   M > 32 (prefill). The fp32 GEMM of matmul_cpu.mojo with a packing step that decodes blocks
 #          into the KC x NR micro-panel; the float weights never exist beyond that panel.
@@ -26,6 +27,7 @@ from .matmul_cpu import GEMV_MAX_M, gemm_cpu
 from .qdot_int8 import (
     OCTETS, PAIR, PAIR_LANES, I8Ptr, octet_floats, octet_layout_q8, pair_layout_q8, quantize_rows_q8, row_pair_layout_q8,
 )
+from .qgemv_groups import GROUP_VALUES, GROUPS_F32, LANES, groups_layout, qgemv_row_groups
 from .qgemv_rows import block_sums, far_prefetch, qgemv_rows
 from .qgemv_rows_q8 import qgemv_row_q8_mpairs, qgemv_row_q8_pairs, qgemv_rows_q8
 from .quant import QBLOCK, block_bytes
@@ -58,6 +60,12 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
     var xs2 = scratch[F32]((nb // 2) * 4 if pairs and qtype == "q4_1" else 1)
     var cx2 = scratch[DType.int32]((nb // 2) * PAIR_LANES if pairs and qtype == "q4_0" else 1)
     comptime octets = pairs and OCTETS
+    # Batch-1 Q4 rows with float x on AVX-512: groups of 4 blocks (qgemv_groups.mojo), x laid out once.
+    comptime groups = GROUPS_F32 and not int8_act and MROWS == 1 and (qtype == "q4_0" or qtype == "q4_1")
+    var ng = K // GROUP_VALUES
+    var gxp = scratch[F32](ng * 8 * LANES if groups else 1)
+    var gxc = scratch[F32](ng * LANES if groups else 1)
+    var gxs = scratch[F32](ng * LANES if groups else 1)
     var xo = scratch[F32]((nb // 8) * octet_floats[qtype]() if octets else 1)
     var co = scratch[DType.int32]((nb // 8) * 8 if octets and qtype == "q4_0" else 1)
     # Batched int8 x, 3 to 8 rows: two x rows per dot product (row_pair_layout_q8). AMD Zen 3 (AVX2),
@@ -77,13 +85,21 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
             octet_layout_q8[qtype](qx, dx, sx, nb, xo, co)
         comptime if mpairs:
             row_pair_layout_q8(qx, dx, sx, MROWS, nb, qxp, dxp, sxp)
+    elif groups:
+        groups_layout[qtype](x, K, gxp, gxc, gxs, xsum)
     else:
         block_sums(x, nb, xsum)
 
     def task(t: Int) {var y, var x, var xsum, var qx, var dx, var sx, var qx2, var xs2, var cx2, var xo, var co, var qxp,
-                      var dxp, var sxp, var w, var row_bytes, var N, var K, var per, var far}:
+                      var dxp, var sxp, var gxp, var gxc, var gxs, var w, var row_bytes, var N, var K, var per,
+                      var far}:
         var n = t * per
         var end = min(N, n + per)
+        comptime if groups:
+            while n < end:
+                qgemv_row_groups[qtype](x, gxp, gxc, gxs, xsum, w, row_bytes, y, n, K, far)
+                n += 1
+            return
         comptime if mpairs:
             while n < end:
                 qgemv_row_q8_mpairs[MROWS, qtype](qxp, dxp, sxp, w, row_bytes, y, n, N, K, far)
@@ -123,6 +139,9 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
     qxp.unsafe_free()
     dxp.unsafe_free()
     sxp.unsafe_free()
+    gxp.unsafe_free()
+    gxc.unsafe_free()
+    gxs.unsafe_free()
 
 
 def qmatmul_cpu[qtype: StaticString, act: StaticString](

@@ -25,6 +25,7 @@ TARGETS = [
     ("arm64-apple-macosx13.0", "apple-m1", "Apple silicon: NEON, 4 lanes"),
     ("x86_64-unknown-linux-gnu", "x86-64", "baseline x86-64: SSE2, 4 lanes, no FMA"),
     ("x86_64-unknown-linux-gnu", "x86-64-v3", "AVX2 + FMA, 8 lanes, no int8 dot product"),
+    ("x86_64-unknown-linux-gnu", "skylake-avx512", "Intel Skylake-SP: AVX-512 without VBMI or VNNI, 16 lanes"),
     ("x86_64-unknown-linux-gnu", "znver4", "AMD Zen 4: AVX-512 with VNNI, 16 lanes"),
 ]
 
