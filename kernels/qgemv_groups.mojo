@@ -22,7 +22,11 @@
 # 0.33: 256 x F cancels too much. Subtracting the 1 from that field instead cost as much as the shift.
 #
 # Measured: Zen 4, one core, cache-resident (benchmarks/profile_qmatmul.mojo "f32 group rows" against
-# "f32 row kernel", 128 x 4096): Q4_0 1.59 -> 1.31 ns per block, Q4_1 1.59 -> 1.32.
+# "f32 row kernel", 128 x 4096): Q4_0 1.59 -> 1.31 ns per block, Q4_1 1.59 -> 1.32 (with Q4_1's m term
+# per group instead of per set, in the two-field form: 1.45 against 1.25). In a graph, chains of
+# copies from DRAM, 6 interleaved rounds, medians per op, faster in every round: K = N = 4096 Q4_0
+# 510.5 -> 446.5 us, Q4_1 525.5 -> 470.8; SmolLM2's Q4_1 K = 576, N = 1536 38.9 -> 35.8 and K = 1536,
+# N = 576 36.9 -> 34.9.
 # Blocks after the last whole group (K = 576: 2 of 18) take decode_block. Needs AVX-512BW (word
 # permutes); other hosts keep qgemv_rows.
 
