@@ -46,6 +46,17 @@ def _weights[qtype: StaticString](rows: Int, K: Int) -> BytePtr:
     return w
 
 
+def _best_pass_ns[Body: def() -> None](body: Body, reps: Int) -> Float64:
+    """Best of `reps` timings of 20 calls of body, in ns per call."""
+    var best = Float64(1e30)
+    for _ in range(reps):
+        var t0 = perf_counter_ns()
+        for _ in range(20):
+            body()
+        best = min(best, Float64(perf_counter_ns() - t0) / 20.0)
+    return best
+
+
 def profile[qtype: StaticString](N: Int, K: Int, reps: Int, ctx: DeviceContext) raises:
     comptime bb = block_bytes[qtype]()
     var nb = K // QBLOCK
@@ -68,13 +79,13 @@ def profile[qtype: StaticString](N: Int, K: Int, reps: Int, ctx: DeviceContext) 
     octet_layout_q8[qtype](qx, dx, sx, nb, xo, co)
 
     var w = _weights[qtype](N, K)
-    var best = Float64(1e30)
-    for _ in range(reps):
-        var t0 = perf_counter_ns()
-        for _ in range(20):
-            for n in range(N):
-                qgemv_row_q8_pairs[qtype](qx2, xs2, cx2, xo, co, qx, dx, sx, w, row_bytes, y, n, K)
-        best = min(best, Float64(perf_counter_ns() - t0) / 20.0)
+
+    def rows_q8() {var qx2, var xs2, var cx2, var xo, var co, var qx, var dx, var sx, var w, var row_bytes, var y,
+                   var N, var K}:
+        for n in range(N):
+            qgemv_row_q8_pairs[qtype](qx2, xs2, cx2, xo, co, qx, dx, sx, w, row_bytes, y, n, K)
+
+    var best = _best_pass_ns(rows_q8, reps)
     var check = y[unsafe_offset=0]
     print(qtype, "row kernel, one core, cache-resident, N", N, "K", K, ":", best / Float64(N * nb), "ns per block,",
           Float64(N * row_bytes) / best, "GB/s of weights")
@@ -82,13 +93,12 @@ def profile[qtype: StaticString](N: Int, K: Int, reps: Int, ctx: DeviceContext) 
     # The float-activation row kernel (act = "f32", qgemv_rows[1, 1]) on the same weights, for comparison.
     var xsum = scratch[F32](nb)
     block_sums(x, nb, xsum)
-    var best_f32 = Float64(1e30)
-    for _ in range(reps):
-        var t0 = perf_counter_ns()
-        for _ in range(20):
-            for n in range(N):
-                qgemv_rows[1, 1, qtype](x, xsum, w, row_bytes, y, n, N, K)
-        best_f32 = min(best_f32, Float64(perf_counter_ns() - t0) / 20.0)
+
+    def rows_f32() {var x, var xsum, var w, var row_bytes, var y, var N, var K}:
+        for n in range(N):
+            qgemv_rows[1, 1, qtype](x, xsum, w, row_bytes, y, n, N, K)
+
+    var best_f32 = _best_pass_ns(rows_f32, reps)
     print(qtype, "f32 row kernel, one core, cache-resident, N", N, "K", K, ":", best_f32 / Float64(N * nb),
           "ns per block (checksum", y[unsafe_offset=0], ")")
     xsum.unsafe_free()
@@ -101,13 +111,12 @@ def profile[qtype: StaticString](N: Int, K: Int, reps: Int, ctx: DeviceContext) 
         var gxs = scratch[F32](ng * LANES + 1)
         var gxb = scratch[F32](nb)
         groups_layout[qtype](x, K, gxp, gxc, gxs, gxb)
-        var best_groups = Float64(1e30)
-        for _ in range(reps):
-            var t0 = perf_counter_ns()
-            for _ in range(20):
-                for n in range(N):
-                    qgemv_row_groups[qtype](x, gxp, gxc, gxs, gxb, w, row_bytes, y, n, K)
-            best_groups = min(best_groups, Float64(perf_counter_ns() - t0) / 20.0)
+
+        def rows_groups() {var x, var gxp, var gxc, var gxs, var gxb, var w, var row_bytes, var y, var N, var K}:
+            for n in range(N):
+                qgemv_row_groups[qtype](x, gxp, gxc, gxs, gxb, w, row_bytes, y, n, K)
+
+        var best_groups = _best_pass_ns(rows_groups, reps)
         print(qtype, "f32 group rows, one core, cache-resident, N", N, "K", K, ":", best_groups / Float64(N * nb),
               "ns per block (checksum", y[unsafe_offset=0], ")")
         gxp.unsafe_free()

@@ -37,9 +37,6 @@ def ceil_div(a: Int, b: Int) -> Int:
     return (a + b - 1) // b
 
 
-
-
-
 def parallel_for[FuncType: def(Int) -> None](func: FuncType, n: Int, ctx: DeviceContext):
     """Runs func(0), ..., func(n - 1) on one worker per physical core, handing out items dynamically.
 

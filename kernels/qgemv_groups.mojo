@@ -61,10 +61,11 @@ def groups_layout[qtype: StaticString](x: Ptr[F32], K: Int, xp: Ptr[F32], xc: Pt
         K: the row length; groups cover the first (K // 128) * 128 values.
         xp: [groups, 8, 16] out: 16 x in nibble order (k, lane).
         xc: [groups, 16] out: per lane -sum 16 x, minus 8 sum x for Q4_0.
-        xs: [groups, 16] out: per lane sum x (Q4_1's m term, groups outside whole sets).
-        xb: [K // 32] out: per block sum x (Q4_1's m term, sets of 4 groups).
+        xs: [groups, 16] out: per lane sum x (Q4_1's m term, groups outside whole sets); Q4_1 only.
+        xb: [K // 32] out: per block sum x (Q4_1's m term, sets of 4 groups); Q4_1 only.
     """
-    block_sums(x, K // QBLOCK, xb)
+    comptime if qtype == "q4_1":
+        block_sums(x, K // QBLOCK, xb)
     for g in range(K // GROUP_VALUES):
         for lane in range(LANES):
             var s = Float32(0)
@@ -75,8 +76,9 @@ def groups_layout[qtype: StaticString](x: Ptr[F32], K: Int, xp: Ptr[F32], xc: Pt
                 xp[unsafe_offset=(g * 8 + k) * LANES + lane] = scaled
                 s += v
                 c -= scaled
-            xs[unsafe_offset=g * LANES + lane] = s
-            comptime if qtype == "q4_0":
+            comptime if qtype == "q4_1":
+                xs[unsafe_offset=g * LANES + lane] = s
+            else:
                 c -= 8.0 * s
             xc[unsafe_offset=g * LANES + lane] = c
 
@@ -179,7 +181,8 @@ def qgemv_row_groups[qtype: StaticString](
 
     Args:
         x: [K] the activation row (for the blocks after the last whole group).
-        xp: [groups, 8, 16], xc: [groups, 16], xs: [groups, 16], xb: [K // 32] from groups_layout.
+        xp: [groups, 8, 16], xc: [groups, 16], xs: [groups, 16], xb: [K // 32] from groups_layout
+            (xs and xb: Q4_1 only).
         w: the weights, rows of row_bytes bytes of GGUF blocks.
         row_bytes: bytes per weight row.
         y: [N] out.

@@ -65,7 +65,8 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
     var ng = K // GROUP_VALUES
     var gxp = scratch[F32](ng * 8 * LANES if groups else 1)
     var gxc = scratch[F32](ng * LANES if groups else 1)
-    var gxs = scratch[F32](ng * LANES if groups else 1)
+    # Q4_1 only: per-lane x sums for its m term (the block sums go to xsum).
+    var gxs = scratch[F32](ng * LANES if groups and qtype == "q4_1" else 1)
     var xo = scratch[F32]((nb // 8) * octet_floats[qtype]() if octets else 1)
     var co = scratch[DType.int32]((nb // 8) * 8 if octets and qtype == "q4_0" else 1)
     # Batched int8 x, 3 to 8 rows: two x rows per dot product (row_pair_layout_q8). AMD Zen 3 (AVX2),
