@@ -22,7 +22,7 @@ from std.time import perf_counter_ns
 
 from kernels.common import BytePtr, F32, scratch
 from kernels.qdot_int8 import I8Ptr, octet_floats, octet_layout_q8, pair_layout_q8, quantize_rows_q8
-from kernels.qgemv_groups import GROUP_VALUES, GROUPS_F32, LANES, groups_layout, qgemv_row_groups
+from kernels.qgemv_groups import GROUP_VALUES, GROUP_X, GROUP_XC, GROUPS_F32, LANES, groups_layout, qgemv_row_groups
 from kernels.qgemv_rows import block_sums, qgemv_rows
 from kernels.qgemv_rows_q8 import qgemv_row_q8_pairs
 from kernels.qmatmul_cpu import qmatmul_cpu
@@ -106,8 +106,8 @@ def profile[qtype: StaticString](N: Int, K: Int, reps: Int, ctx: DeviceContext) 
     # The AVX-512 group rows that act = "f32" M = 1 runs there instead (qgemv_groups.mojo).
     comptime if GROUPS_F32:
         var ng = K // GROUP_VALUES
-        var gxp = scratch[F32](ng * 8 * LANES + 1)
-        var gxc = scratch[F32](ng * LANES + 1)
+        var gxp = scratch[F32](ng * GROUP_X * LANES + 1)
+        var gxc = scratch[F32](ng * GROUP_XC * LANES + 1)
         var gxs = scratch[F32](ng * LANES + 1)
         var gxb = scratch[F32](nb)
         groups_layout[qtype](x, K, gxp, gxc, gxs, gxb)

@@ -9,7 +9,7 @@
 #          measured 606-627 -> 566-574 and 427-436 -> 257-258 us). For M > 1 each block is decoded to floats once and
 #          reused by up to 8 rows (2 weight rows in flight); M > 8 runs in groups of <= 8 rows, each
 #          streaming the weights again. The rows: qgemv_rows.mojo (float x; on AVX-512 hosts M = 1
-#          Q4_0 / Q4_1 take qgemv_groups.mojo, 4 blocks at a time), qgemv_rows_q8.mojo
+#          Q4_0 / Q4_1 take qgemv_groups.mojo, 4 blocks at a time in int16 products), qgemv_rows_q8.mojo
 #          (act = "q8": x quantized to int8 per block, integer block dot products).
 #   gemm   M > 32 (prefill). The fp32 GEMM of matmul_cpu.mojo with a packing step that decodes blocks
 #          into the KC x NR micro-panel; the float weights never exist beyond that panel.
@@ -27,7 +27,7 @@ from .matmul_cpu import GEMV_MAX_M, gemm_cpu
 from .qdot_int8 import (
     OCTETS, PAIR, PAIR_LANES, I8Ptr, octet_floats, octet_layout_q8, pair_layout_q8, quantize_rows_q8, row_pair_layout_q8,
 )
-from .qgemv_groups import GROUP_VALUES, GROUPS_F32, LANES, groups_layout, qgemv_row_groups
+from .qgemv_groups import GROUP_VALUES, GROUP_X, GROUP_XC, GROUPS_F32, LANES, groups_layout, qgemv_row_groups
 from .qgemv_rows import block_sums, far_prefetch, qgemv_rows
 from .qgemv_rows_q8 import qgemv_row_q8_mpairs, qgemv_row_q8_pairs, qgemv_rows_q8
 from .quant import QBLOCK, block_bytes
@@ -63,8 +63,8 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
     # Batch-1 Q4 rows with float x on AVX-512: groups of 4 blocks (qgemv_groups.mojo), x laid out once.
     comptime groups = GROUPS_F32 and not int8_act and MROWS == 1 and (qtype == "q4_0" or qtype == "q4_1")
     var ng = K // GROUP_VALUES
-    var gxp = scratch[F32](ng * 8 * LANES if groups else 1)
-    var gxc = scratch[F32](ng * LANES if groups else 1)
+    var gxp = scratch[F32](ng * GROUP_X * LANES if groups else 1)
+    var gxc = scratch[F32](ng * GROUP_XC * LANES if groups else 1)
     # Q4_1 only: per-lane x sums for its m term (the block sums go to xsum).
     var gxs = scratch[F32](ng * LANES if groups and qtype == "q4_1" else 1)
     var xo = scratch[F32]((nb // 8) * octet_floats[qtype]() if octets else 1)

@@ -167,6 +167,42 @@ def check_qmatmul(h: Harness, qtype: str) -> list[CaseResult]:
             misread = _ratio(np.abs(y - wrong), _dot_bound(x, wd, wrong, False))
             out.append(result(h, "crucible.qmatmul", qtype + ":misread-layout-is-detected", "float32",
                               f"M={m} K={k} N={n}", 1.0 / max(misread, 1e-30), 1.0))
+    out += _qmatmul_special_x(h, model, qtype, rng)
+    return out
+
+
+def _qmatmul_special_x(h: Harness, model, qtype: str, rng: np.random.Generator) -> list[CaseResult]:
+    """Activations that per-block scaling of x (qgemv_groups.mojo) must take, at M = 1.
+
+    A zero block, blocks of tiny (1e-35, under its 1e-30 floor) and small (1e-20) values, an outlier of
+    1e4 beside values of 1e-3; then a NaN in x, which must reach every output as in fp32 arithmetic.
+    """
+    k, n = 576, 1536
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    x[0, 0:32] = 0.0
+    x[0, 32:64] *= 1e-35
+    x[0, 64:96] *= 1e-20
+    x[0, 96:128] = 1e-3
+    x[0, 100] = 1e4
+    wq = R.quantize(rng.standard_normal((n, k)).astype(np.float32), qtype)
+    wd = R.dequantize(wq, qtype, n, k)
+    ref = x.astype(np.float64) @ wd.T
+    y = h.run(model, [x, wq])[0]
+    magnitude = wd
+    if qtype in ("q4_0", "q4_1"):
+        # Q4 kernels may sum the block offset apart, x . (d q) + offset sum x (Q4_1's m, Q4_0's -8 d),
+        # as ggml's own dot products do: an x that mixes 1e4 and 1e-3 in a block then meets the
+        # rounding of those two terms, which can be far above their sum (w = 0 at q = 8 for Q4_0).
+        # The bound takes |d q| + |offset| for |w|.
+        offset = R.q4_offsets(wq, qtype, n, k)
+        magnitude = np.abs(wd - offset) + np.abs(offset)
+    out = [result(h, "crucible.qmatmul", qtype + ":special-x", "float32", f"M=1 K={k} N={n} x: zero, tiny, outlier blocks",
+                  _ratio(np.abs(y - ref), _dot_bound(x, magnitude, ref, False)), 1.0)]
+    x[0, 300] = np.nan
+    y = h.run(model, [x, wq])[0]
+    # The error is the count of outputs the NaN did not reach.
+    out.append(result(h, "crucible.qmatmul", qtype + ":nan-propagates", "float32", f"M=1 K={k} N={n}",
+                      float(np.sum(~np.isnan(y))), 0.5))
     return out
 
 

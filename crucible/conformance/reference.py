@@ -47,6 +47,18 @@ def quantize_activations_q8(x: np.ndarray) -> np.ndarray:
     return (q.astype(np.float64) * d.astype(np.float64)).reshape(m, k)
 
 
+def q4_offsets(wq: np.ndarray, qtype: str, n_out: int, k_in: int) -> np.ndarray:
+    """The offset of every Q4 weight's block, float64 [N, K]: w = d q + offset, with offset = m
+    (Q4_1) or -8 d (Q4_0)."""
+    bb = {"q4_0": 18, "q4_1": 20}[qtype]
+    heads = wq.reshape(n_out, k_in // 32, bb)[..., :4].copy()
+    if qtype == "q4_0":
+        per_block = -8.0 * heads[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float64)
+    else:
+        per_block = heads[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float64)
+    return np.repeat(per_block, 32, axis=1)
+
+
 def dequantize_nibbles_swapped(wq: np.ndarray, qtype: str, n_out: int, k_in: int) -> np.ndarray:
     """A plausible misreading of Q4 blocks (high nibble first): the conformance test shows our bounds
     are tight enough to tell it apart from the real layout."""
