@@ -171,7 +171,7 @@ def check_qmatmul(h: Harness, qtype: str) -> list[CaseResult]:
     return out
 
 
-def _qmatmul_special_x(h: Harness, model, qtype: str, rng: np.random.Generator) -> list[CaseResult]:
+def _qmatmul_special_x(h: Harness, model: object, qtype: str, rng: np.random.Generator) -> list[CaseResult]:
     """Activations that per-block scaling of x (qgemv_groups.mojo) must take, at M = 1.
 
     A zero block, blocks of tiny (1e-35, under its 1e-30 floor) and small (1e-20) values, an outlier of
@@ -196,7 +196,8 @@ def _qmatmul_special_x(h: Harness, model, qtype: str, rng: np.random.Generator) 
         # The bound takes |d q| + |offset| for |w|.
         offset = R.q4_offsets(wq, qtype, n, k)
         magnitude = np.abs(wd - offset) + np.abs(offset)
-    out = [result(h, "crucible.qmatmul", qtype + ":special-x", "float32", f"M=1 K={k} N={n} x: zero, tiny, outlier blocks",
+    out = [result(h, "crucible.qmatmul", qtype + ":special-x", "float32",
+                  f"M=1 K={k} N={n} x: zero, tiny, outlier blocks",
                   _ratio(np.abs(y - ref), _dot_bound(x, magnitude, ref, False)), 1.0)]
     x[0, 300] = np.nan
     y = h.run(model, [x, wq])[0]
