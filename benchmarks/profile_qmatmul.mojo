@@ -22,7 +22,7 @@ from std.time import perf_counter_ns
 
 from kernels.common import BytePtr, F32, scratch
 from kernels.qdot_int8 import I8Ptr, octet_floats, octet_layout_q8, pair_layout_q8, quantize_rows_q8
-from kernels.qgemv_groups import GROUP_VALUES, GROUP_X, GROUP_XC, GROUPS_F32, LANES, groups_layout, qgemv_row_groups
+from kernels.qgemv_groups import GROUP_VALUES, GROUP_X, GROUPS_F32, LANES, group_xc, groups_layout, qgemv_row_groups
 from kernels.qgemv_rows import block_sums, qgemv_rows
 from kernels.qgemv_rows_q8 import qgemv_row_q8_pairs
 from kernels.qmatmul_cpu import qmatmul_cpu
@@ -107,7 +107,7 @@ def profile[qtype: StaticString](N: Int, K: Int, reps: Int, ctx: DeviceContext) 
     comptime if GROUPS_F32:
         var ng = K // GROUP_VALUES
         var gxp = scratch[F32](ng * GROUP_X * LANES + 1)
-        var gxc = scratch[F32](ng * GROUP_XC * LANES + 1)
+        var gxc = scratch[F32](ng * group_xc[qtype]() * LANES + 1)
         var gxs = scratch[F32](ng * LANES + 1)
         var gxb = scratch[F32](nb)
         groups_layout[qtype](x, K, gxp, gxc, gxs, gxb)

@@ -4,34 +4,42 @@
 # Why: the block-at-a-time rows (qgemv_rows.mojo) turn each nibble into a float with a widening
 # (vpmovzxbd) and a table permute (vpermps): three lane-crossing shuffles per block on Zen 4's two
 # shuffle pipes, compute-bound at ~1.6 ns per block on one core. Here:
-#   - x is laid out once per call (groups_layout): per block of 32 values, s = max|x| / 32767 and two
-#     int16 parts, x = s (H + L / 2^15) to about one fp32 rounding of x / s (|H| <= 32767,
-#     |L| <= 16384), in the order the nibbles come out below;
-#   - one two-source word permute gathers a group's 4 x 16 packed bytes into 32 words (words 8b..8b+7:
+#   - x is laid out once per call (groups_layout): per block of 32 values, s = max|x| / 127 and three
+#     int8 parts, x = s (A + B / 254 + C / 254^2), to about 2^-24 of the block's max|x|, in the order
+#     the nibbles come out below;
+#   - one two-source word permute gathers a group's 4 x 16 packed bytes into 64 (bytes 16 b..16 b + 15:
 #     block b), one more moves the 4 headers in front, 4 lanes each;
-#   - nibble k of every word is one shift and/or one mask (6 ops for 4 nibbles), and vpdpwssd (VNNI;
-#     vpmaddwd and an add without it) sums nibble x H and nibble x L per pair of words into int32,
-#     exactly: per lane (8 values) under 2^22. Q4_0 starts those sums from -8 sum H and -8 sum L, so
-#     they are sums of H (q - 8) with no cancellation. Then t = (sh + sl / 2^15) s per lane, and
-#     acc += d t. Q4_1's m term: the m of 4 groups (16 blocks) are gathered by the groups' own header
-#     permutes (merge-masked), then one conversion and one FMA with x's block sums.
+#   - the low nibbles are one mask, the high ones a shift and a mask (3 ops for 128 values), and
+#     vpdpbusd (VNNI; without it vpmaddubsw on both halves, an int16 add and vpmaddwd) sums nibble x part
+#     per 4 bytes into int32. The
+#     three parts go in by Horner (times 254, then the next part): per lane (8 values) under 2^30,
+#     exact. Q4_0 then adds -8 sum (A 254^2 + B 254 + C): a sum over q - 8 with no cancellation. Then
+#     t = acc s / 254^2 per lane, and acc += d t. Q4_1's m term: the m of 4 groups (16 blocks) are
+#     gathered by the groups' own header permutes (merge-masked), then one conversion and one FMA with
+#     x's block sums.
 #
 # Accuracy (conformance grid, M = 1, largest ratio of the error to the fp32 dot bound
-# 2 u sqrt(K) |x| . |w|): K = 576 Q4_0 0.007, Q4_1 0.018; K = 4096 0.002 / 0.004. The float nibble form
-# this replaced (16 x F - 16 x with F = 1 + q / 16, in FMAs) reached 0.035 / 0.035 and 0.007, and with
-# x mixing 1e4 and 1e-3 in a block (the grid's special-x case) its cancellation reached 7.7 times that
-# bound for Q4_0 (0.12 against the split bound |d q| + |offset| the case uses; here 0.08). A block
-# whose max|x| is under 1e-30 counts as zero; an inf or NaN in x makes its s NaN, so y is NaN as in
-# fp32.
-# Also tried: nibbles as bf16 (1 + q / 16 in bits 3..6) with vdpbf16ps and x in two bf16 parts: Zen 4
-# 1.07 / 1.13 ns per block, but x holds only ~17 bits that way (grid ratio 0.76 at K = 160); in three
-# bf16 parts (24 bits) 1.35, slower than the float form.
+# 2 u sqrt(K) |x| . |w|): K = 576 Q4_0 0.010, Q4_1 0.020; K = 4096 0.002 / 0.006. x with a block mixing
+# 1e4 and 1e-3 (the grid's special-x case, split bound |d q| + |offset|): Q4_0 0.08-0.09, Q4_1 0.32-0.33. Small
+# values next to a large one carry its 2^-24 error, where fp32 keeps 2^-24 of each value: the price of
+# x in integers per block, in a bound with room to spare. A block whose max|x| is under 1e-30 counts as
+# zero; an inf or NaN in x makes its s NaN, so y is NaN as in fp32.
 #
-# Measured against the float nibble form, Zen 4: one core, cache-resident (benchmarks/profile_qmatmul.mojo
-# "f32 group rows", 128 x 4096, 4 alternating runs on a noisy host): Q4_0 1.30-1.43 -> 1.15-1.31, Q4_1
-# 1.36-1.45 -> 1.09-1.10 ns per block. In a graph, chains of copies from DRAM, 8 interleaved rounds, medians per
-# op: K = N = 4096 Q4_0 547.1 -> 507.5 us, Q4_1 471.1 -> 427.7 (faster in 8 of 8 rounds each);
-# SmolLM2's Q4_1 K = 576, N = 1536 35.9 -> 32.4 (8 of 8) and K = 1536, N = 576 47.9 -> 43.0 (7 of 8).
+# History, Zen 4, one core, cache-resident (benchmarks/profile_qmatmul.mojo "f32 group rows", 128 x 4096):
+#   - float nibbles (16 x F - 16 x with F = 1 + q / 16, in FMAs): Q4_0 1.30-1.43, Q4_1 1.36-1.45 ns per
+#     block; its cancellation failed the special-x case for Q4_0 at 7.7 times the bound on |w|;
+#   - nibbles as bf16 with vdpbf16ps and x in two bf16 parts: 1.07 / 1.13, but x held only ~17 bits (grid
+#     ratio 0.76 at K = 160); in three parts (24 bits) 1.35;
+#   - x in two int16 parts, x = s (H + L / 2^15), and vpdpwssd: 8 multiply-adds, 6 nibble ops and 8
+#     loads of x per group against 6, 3 and 6 here (Zen 4 loads one 64-byte vector per cycle). Q4_0
+#     1.15-1.36 -> 0.93-1.09, Q4_1 1.08-1.18 -> 0.93-1.13 ns per block; grid ratios 0.007 / 0.018 at
+#     K = 576 and 0.08 / 0.10 on special-x. In a graph, chains of copies from DRAM, 8 interleaved rounds,
+#     medians per op: K = N = 4096 Q4_0 520.8 -> 471.5 us (faster in 8 of 8 rounds), Q4_1 552.3 -> 509.4
+#     (7 of 8); at SmolLM2's shapes (K = 576 or 1536) within the noise of memory that read 10-16 GB/s.
+#     The no-VNNI branch, forced on this Zen 4: 1.07-1.12 / 1.10-1.30 (int16 parts there: 1.15-1.33 /
+#     1.07-1.27); through dot_u8_i8_x2's 256-bit halves it took 1.48-1.72.
+#   - two rows side by side, sharing x's loads: Q4_0 3-10% faster in cache, Q4_1 slower (registers); not
+#     kept (one weight stream per core, see qmatmul_cpu._qgemv_m).
 # Blocks after the last whole group (K = 576: 2 of 18) take decode_block. Needs AVX-512BW (word
 # permutes and shifts); other hosts keep qgemv_rows.
 
@@ -40,6 +48,7 @@ from std.sys import llvm_intrinsic
 from std.sys.info import CompilationTarget
 
 from .common import BytePtr, F32, Ptr
+from .qdot_int8 import dot_u8_i8_x2
 from .qgemv_rows import block_sums, prefetch_ahead
 from .quant import QBLOCK, block_bytes, decode_block, header_bytes
 
@@ -48,25 +57,48 @@ comptime GROUP_BLOCKS = 4
 comptime GROUP_VALUES = GROUP_BLOCKS * QBLOCK
 comptime SET_GROUPS = 4     # Q4_1: groups whose 16 m share one conversion (LANES / GROUP_BLOCKS)
 comptime LANES = 16
-comptime GROUP_X = 8       # vectors of 16 floats' bits per group in groups_layout's xp: H and L, 4 nibbles
-comptime GROUP_XC = 3      # ... in its xc: Q4_0's -8 sum H and -8 sum L (int32), and s
-comptime H_MAX = 32767.0   # |H| <= H_MAX: int16
-comptime L_SCALE = 32768.0  # L = the rest of x / s below H's rounding, times 2^15
+comptime GROUP_X = 6       # 64-byte vectors per group in groups_layout's xp: parts A, B, C, low then high halves
+comptime A_MAX = 127.0     # |A|, |B|, |C| <= A_MAX: int8
+comptime PART_SCALE = 254  # B = the rest of x / s below A's rounding, times 254; C = the rest below B's, times 254
+comptime X_UNIT = Float32(PART_SCALE * PART_SCALE)  # x / s = (A 254^2 + B 254 + C) / 254^2
+
+
+def group_xc[qtype: StaticString]() -> Int:
+    """16-float vectors per group in groups_layout's xc: s / 254^2 per lane, then Q4_0's offset sums."""
+    return 2 if qtype == "q4_0" else 1
+
+
+def _int8_vector(v: SIMD[F32, 16]) -> SIMD[DType.int8, 16]:
+    # v holds integers in [-127, 127].
+    return v.cast[DType.int32]().cast[DType.int8]()
+
+
+@always_inline
+def _quad_sums[dtype: DType](v: SIMD[dtype, 16]) -> SIMD[dtype, 4]:
+    """[v[0:4].sum(), v[4:8].sum(), v[8:12].sum(), v[12:16].sum()]."""
+    var pairs = v.deinterleave()
+    var p = pairs[0] + pairs[1]
+    var quads = p.deinterleave()
+    return quads[0] + quads[1]
 
 
 def groups_layout[qtype: StaticString](x: Ptr[F32], K: Int, xp: Ptr[F32], xc: Ptr[F32], xs: Ptr[F32], xb: Ptr[F32]):
     """Lays x out for qgemv_row_groups, once per call.
 
-    Per block of 32 values: s = max|x| / 32767, u = x / s, H = round(u), L = round((u - H) 2^15).
-    Word w of a group's nibble vector k holds block w // 8's value 2 (w % 8) + 16 (k % 2) + k // 2:
-    for nibble k, the even (k < 2) or odd values of the block's low (k even) or high half. Lane i
-    (of 16 int32 sums) covers words 2 i and 2 i + 1 of every k: 8 values of block i // 4.
+    Per block of 32 values: s = max|x| / 127, u = x / s, and three int8 parts: A = round(u),
+    r = (u - A) 254, B = round(r), C = round((r - B) 254), all in [-127, 127] since |u - A| <= 1/2 and
+    |r - B| <= 1/2, so u = A + B / 254 + C / 254^2 to within 1 / (2 254^2) plus the roundings of u and r:
+    x to about 2^-24 of the block's max|x| (fp32: 2^-24 of each |x|). Vector 2 p + h of a group holds part p of the 4 blocks' low (h = 0: values
+    0..15) or high (h = 1: values 16..31) halves, block b in bytes 16 b..16 b + 15: the order of a
+    group's packed nibbles (the low nibble of byte i is value i, the high one value i + 16). Lane i
+    (of 16 int32 sums) covers bytes 4 i..4 i + 3 of both halves: 8 values of block i // 4.
 
     Args:
         x: [K] the activation row.
         K: the row length; groups cover the first (K // 128) * 128 values.
-        xp: [groups, 2, 4, 32] int16 out (in [groups, GROUP_X, 16] floats' bits): H, then L, by nibble k.
-        xc: [groups, GROUP_XC, 16] out: Q4_0's per lane -8 sum H and -8 sum L (int32 bits), then s.
+        xp: [groups, 6, 64] int8 out (in [groups, GROUP_X, 16] floats' bits).
+        xc: [groups, group_xc, 16] out: s / 254^2 per lane, then Q4_0's per lane
+            -8 sum (A 254^2 + B 254 + C) (int32 bits).
         xs: [groups, 16] out: per lane sum x (Q4_1's m term, groups outside whole sets); Q4_1 only.
         xb: [K // 32] out: per block sum x (Q4_1's m term, sets of 4 groups); Q4_1 only.
     """
@@ -75,7 +107,9 @@ def groups_layout[qtype: StaticString](x: Ptr[F32], K: Int, xp: Ptr[F32], xc: Pt
     for g in range(K // GROUP_VALUES):
         var gx = x.unsafe_offset(g * GROUP_VALUES)
         var scale = SIMD[F32, LANES](0)
-        var inv = SIMD[F32, GROUP_BLOCKS](0)
+        var offset = SIMD[DType.int32, LANES](0)
+        var lane_x = SIMD[F32, LANES](0)
+        var parts = Array[SIMD[DType.int8, 64], GROUP_X](fill=SIMD[DType.int8, 64](0))
         comptime for b in range(GROUP_BLOCKS):
             var lo = gx.unsafe_load[width=16](b * QBLOCK)
             var hi = gx.unsafe_load[width=16](b * QBLOCK + 16)
@@ -83,39 +117,38 @@ def groups_layout[qtype: StaticString](x: Ptr[F32], K: Int, xp: Ptr[F32], xc: Pt
             # A block whose largest |x| is under 1e-30 counts as zero (1 / s could overflow): an
             # absolute error under 32e-30 max|w|. An inf or NaN in x makes s NaN, so y is NaN as in
             # fp32 (x * 0 is NaN exactly for them; max() alone could drop a NaN).
-            inv[b] = H_MAX / amax if amax > 1e-30 else Float32(0)
+            var inv = Float32(A_MAX) / amax if amax > 1e-30 else Float32(0)
             var poison = (lo * 0.0 + hi * 0.0).reduce_add()
-            comptime for j in range(4):
-                scale[4 * b + j] = amax / H_MAX + poison
-        var sum_h = SIMD[DType.int32, LANES](0)
-        var sum_l = SIMD[DType.int32, LANES](0)
-        var sum_x = SIMD[F32, LANES](0)
-        comptime for k in range(4):
-            var h32 = SIMD[F32, 32](0)
-            var l32 = SIMD[F32, 32](0)
-            var x32 = SIMD[F32, 32](0)
-            comptime for b in range(GROUP_BLOCKS):
-                var v = gx.unsafe_load[width=16](b * QBLOCK + 16 * (k % 2)).deinterleave()[k // 2]
-                var u = v * inv[b]
-                var h = u.__round__()
-                h32 = h32.insert[offset=8 * b](h)
-                l32 = l32.insert[offset=8 * b](((u - h) * L_SCALE).__round__())
-                x32 = x32.insert[offset=8 * b](v)
-            xp.unsafe_store((g * GROUP_X + k) * LANES, bitcast[F32, LANES](h32.cast[DType.int16]()))
-            xp.unsafe_store((g * GROUP_X + 4 + k) * LANES, bitcast[F32, LANES](l32.cast[DType.int16]()))
-            # Words 2 i and 2 i + 1 to lane i.
-            var hp = h32.cast[DType.int32]().deinterleave()
-            var lp = l32.cast[DType.int32]().deinterleave()
-            var xv = x32.deinterleave()
-            sum_h += hp[0] + hp[1]
-            sum_l += lp[0] + lp[1]
-            sum_x += xv[0] + xv[1]
+            scale = scale.insert[offset=4 * b](SIMD[F32, 4]((amax / A_MAX) / X_UNIT + poison))
+            var whole_sum = SIMD[DType.int32, 16](0)
+            comptime for h in range(2):
+                var v = lo if h == 0 else hi
+                var u = v * inv
+                var a = u.__round__()
+                # u - a and r - bb are exact (Sterbenz); |r|, |(r - bb) 254| <= 127 (the clamps only
+                # guard the int8 range).
+                var r = (u - a) * Float32(PART_SCALE)
+                var bb = min(max(r.__round__(), -A_MAX), A_MAX)
+                var c = min(max(((r - bb) * Float32(PART_SCALE)).__round__(), -A_MAX), A_MAX)
+                parts[h] = parts[h].insert[offset=16 * b](_int8_vector(a))
+                parts[2 + h] = parts[2 + h].insert[offset=16 * b](_int8_vector(bb))
+                parts[4 + h] = parts[4 + h].insert[offset=16 * b](_int8_vector(c))
+                comptime if qtype == "q4_0":
+                    whole_sum += (a.cast[DType.int32]() * PART_SCALE + bb.cast[DType.int32]()) * PART_SCALE + c.cast[
+                        DType.int32]()
+            # Lane 4 b + j: values 4 j..4 j + 3 of both halves.
+            comptime if qtype == "q4_0":
+                offset = offset.insert[offset=4 * b](_quad_sums(whole_sum))
+            else:
+                lane_x = lane_x.insert[offset=4 * b](_quad_sums(lo + hi))
+        comptime for p in range(GROUP_X):
+            xp.unsafe_store((g * GROUP_X + p) * LANES, bitcast[F32, LANES](parts[p]))
+        comptime xcn = group_xc[qtype]()
+        xc.unsafe_store(g * xcn * LANES, scale)
         comptime if qtype == "q4_1":
-            xs.unsafe_store(g * LANES, sum_x)
+            xs.unsafe_store(g * LANES, lane_x)
         else:
-            xc.unsafe_store(g * GROUP_XC * LANES, bitcast[F32, LANES](-8 * sum_h))
-            xc.unsafe_store((g * GROUP_XC + 1) * LANES, bitcast[F32, LANES](-8 * sum_l))
-        xc.unsafe_store((g * GROUP_XC + 2) * LANES, scale)
+            xc.unsafe_store((g * xcn + 1) * LANES, bitcast[F32, LANES](-8 * offset))
 
 
 def _packed_perm[qtype: StaticString]() -> SIMD[DType.int16, 32]:
@@ -167,29 +200,18 @@ comptime _SET_M_MASK[i: Int] = _set_m_mask(i)
 
 
 @always_inline
-def _nibble_i16[k: Int](words: SIMD[DType.uint16, 32]) -> SIMD[DType.int32, LANES]:
-    """Nibble k (bits 4k..4k+3) of each 16-bit word, as an int16 word; 1 or 2 ops."""
-    var v: SIMD[DType.uint16, 32]
-    comptime if k == 0:
-        v = words & UInt16(0xF)
-    elif k == 3:
-        v = words >> UInt16(12)
-    else:
-        v = (words >> UInt16(4 * k)) & UInt16(0xF)
-    return bitcast[DType.int32, LANES](v)
-
-
-@always_inline
-def _dot_i16(acc: SIMD[DType.int32, LANES], a: SIMD[DType.int32, LANES], b: SIMD[DType.int32, LANES]) -> SIMD[DType.int32, LANES]:
-    """acc[i] + a.word[2 i] b.word[2 i] + a.word[2 i + 1] b.word[2 i + 1], exact in int32."""
+def _dot_halves(
+    acc: SIMD[DType.int32, LANES], lo: SIMD[DType.uint8, 64], hi: SIMD[DType.uint8, 64], x_lo: SIMD[DType.int8, 64],
+    x_hi: SIMD[DType.int8, 64],
+) -> SIMD[DType.int32, LANES]:
+    """acc[i] + the sum over bytes 4 i..4 i + 3 of lo x_lo + hi x_hi; lo, hi nibbles (<= 15), exact."""
     comptime if CompilationTarget.has_vnni():
-        return llvm_intrinsic["llvm.x86.avx512.vpdpwssd.512", SIMD[DType.int32, LANES]](
-            acc, bitcast[DType.int16, 32](a), bitcast[DType.int16, 32](b))
-    # AVX-512BW without VNNI: vpmaddwd, then an add. On Zen 4 (forcing this branch), one core,
-    # cache-resident, 128 x 4096: Q4_0 1.15-1.33, Q4_1 1.07-1.27 ns per block against vpdpwssd's
-    # 1.07-1.31 / 1.09-1.17 and the float nibble form's 1.43-1.46 / 1.33-1.45 (3 alternating runs).
-    return acc + llvm_intrinsic["llvm.x86.avx512.pmaddw.d.512", SIMD[DType.int32, LANES]](
-        bitcast[DType.int16, 32](a), bitcast[DType.int16, 32](b))
+        return dot_u8_i8_x2[15](dot_u8_i8_x2[15](acc, lo, x_lo), hi, x_hi)
+    # AVX-512BW without VNNI: vpmaddubsw's int16 pair sums of both halves added as int16 (4 products,
+    # at most 4 * 15 * 127 < 2^15: no saturation), then one vpmaddwd against ones.
+    var pairs = llvm_intrinsic["llvm.x86.avx512.pmaddubs.w.512", SIMD[DType.int16, 32]](lo, x_lo) + llvm_intrinsic[
+        "llvm.x86.avx512.pmaddubs.w.512", SIMD[DType.int16, 32]](hi, x_hi)
+    return acc + llvm_intrinsic["llvm.x86.avx512.pmaddw.d.512", SIMD[DType.int32, LANES]](pairs, SIMD[DType.int16, 32](1))
 
 
 @always_inline
@@ -205,21 +227,23 @@ def _group_products[qtype: StaticString](
     prefetch_ahead(blk.unsafe_offset(64), far)
     var win0 = bitcast[DType.int16, 32](blk.unsafe_load[width=64](0))
     var win1 = bitcast[DType.int16, 32](blk.unsafe_offset(4 * bb - 64).unsafe_load[width=64](0))
-    var words = llvm_intrinsic["llvm.x86.avx512.vpermi2var.hi.512", SIMD[DType.int16, 32]](win0, _PACKED_PERM[qtype], win1)
-    # Per lane (8 values): sh = sum q H, sl = sum q L, under 2^22: exact in int32 and in fp32. Q4_0
-    # starts them from -8 sum H and -8 sum L: sums of H (q - 8), with no cancellation in floats.
-    var w16 = bitcast[DType.uint16, 32](words)
-    var sh = SIMD[DType.int32, LANES](0)
-    var sl = SIMD[DType.int32, LANES](0)
+    var words = bitcast[DType.uint16, 32](
+        llvm_intrinsic["llvm.x86.avx512.vpermi2var.hi.512", SIMD[DType.int16, 32]](win0, _PACKED_PERM[qtype], win1))
+    # Byte i of the packed 64: low nibble = value i % 16 of block i // 16, high nibble = value 16 + i % 16.
+    var lo = bitcast[DType.uint8, 64](words & UInt16(0x0F0F))
+    var hi = bitcast[DType.uint8, 64]((words >> UInt16(4)) & UInt16(0x0F0F))
+    # Per lane (8 values) sum q (A 254^2 + B 254 + C), by Horner over the parts: at most
+    # 8 * 15 * 127 * (254^2 + 254 + 1) < 2^30, exact in int32. Q4_0 then adds -8 sum (A 254^2 + B 254 + C):
+    # the sum over q - 8, exact, with no cancellation in floats.
+    var acc = SIMD[DType.int32, LANES](0)
+    comptime for p in range(3):
+        comptime if p > 0:
+            acc = acc * Int32(PART_SCALE)
+        acc = _dot_halves(acc, lo, hi, bitcast[DType.int8, 64](xg.unsafe_load[width=LANES](2 * p * LANES)),
+                          bitcast[DType.int8, 64](xg.unsafe_load[width=LANES]((2 * p + 1) * LANES)))
     comptime if qtype == "q4_0":
-        sh = bitcast[DType.int32, LANES](xcg.unsafe_load[width=LANES](0))
-        sl = bitcast[DType.int32, LANES](xcg.unsafe_load[width=LANES](LANES))
-    comptime for k in range(4):
-        var q = _nibble_i16[k](w16)
-        sh = _dot_i16(sh, q, bitcast[DType.int32, LANES](xg.unsafe_load[width=LANES](k * LANES)))
-        sl = _dot_i16(sl, q, bitcast[DType.int32, LANES](xg.unsafe_load[width=LANES]((4 + k) * LANES)))
-    var t = sl.cast[F32]().fma(1.0 / L_SCALE, sh.cast[F32]())
-    return (t * xcg.unsafe_load[width=LANES](2 * LANES), win0)
+        acc += bitcast[DType.int32, LANES](xcg.unsafe_load[width=LANES](LANES))
+    return (acc.cast[F32]() * xcg.unsafe_load[width=LANES](0), win0)
 
 
 @always_inline
@@ -236,7 +260,7 @@ def _lone_group[qtype: StaticString](
     """(acc, acc_m) plus group g's products, outside Q4_1's sets: its m term by itself."""
     comptime bb = block_bytes[qtype]()
     var r = _group_products[qtype](row.unsafe_offset(g * GROUP_BLOCKS * bb), xp.unsafe_offset(g * GROUP_X * LANES),
-                                   xc.unsafe_offset(g * GROUP_XC * LANES), far)
+                                   xc.unsafe_offset(g * group_xc[qtype]() * LANES), far)
     var heads = bitcast[DType.float16, 32](_permute_words(r[1], _HEADER_PERM[qtype]))
     var d_part = heads.slice[LANES, offset=0]().cast[F32]().fma(r[0], acc)
     comptime if qtype == "q4_1":
@@ -253,7 +277,7 @@ def qgemv_row_groups[qtype: StaticString](
 
     Args:
         x: [K] the activation row (for the blocks after the last whole group).
-        xp: [groups, GROUP_X, 16], xc: [groups, GROUP_XC, 16], xs: [groups, 16], xb: [K // 32] from
+        xp: [groups, GROUP_X, 16], xc: [groups, group_xc, 16], xs: [groups, 16], xb: [K // 32] from
             groups_layout (xs and xb: Q4_1 only).
         w: the weights, rows of row_bytes bytes of GGUF blocks.
         row_bytes: bytes per weight row.
@@ -278,7 +302,7 @@ def qgemv_row_groups[qtype: StaticString](
             comptime for i in range(SET_GROUPS):
                 var gi = g + i
                 var r = _group_products[qtype](row.unsafe_offset(gi * GROUP_BLOCKS * bb), xp.unsafe_offset(gi * GROUP_X * LANES),
-                                               xc.unsafe_offset(gi * GROUP_XC * LANES), far)
+                                               xc.unsafe_offset(gi * group_xc[qtype]() * LANES), far)
                 var heads = _permute_words(r[1], _SET_HEADER_PERM[qtype, i])
                 acc = bitcast[DType.float16, 32](heads).slice[LANES, offset=0]().cast[F32]().fma(r[0], acc)
                 m_words = _SET_M_MASK[i].select(heads, m_words)
@@ -286,9 +310,8 @@ def qgemv_row_groups[qtype: StaticString](
             acc_m = m.fma(xb.unsafe_load[width=LANES](g * GROUP_BLOCKS), acc_m)
             g += SET_GROUPS
     else:
-        # Four groups per iteration, as Q4_1's sets: Q4_0 1.14-1.18 -> 1.08 ns per block (one core,
-        # cache-resident, 128 x 4096, best of 3 alternating runs, measured with the constant term
-        # added in floats).
+        # Four groups per iteration, as Q4_1's sets (measured on the float nibble form: 1.14-1.18 ->
+        # 1.08 ns per block).
         while g + SET_GROUPS <= groups:
             comptime for i in range(SET_GROUPS):
                 acc = _lone_group[qtype](row, xp, xc, xs, g + i, acc, acc_m, far)[0]

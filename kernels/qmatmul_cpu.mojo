@@ -27,7 +27,7 @@ from .matmul_cpu import GEMV_MAX_M, gemm_cpu
 from .qdot_int8 import (
     OCTETS, PAIR, PAIR_LANES, I8Ptr, octet_floats, octet_layout_q8, pair_layout_q8, quantize_rows_q8, row_pair_layout_q8,
 )
-from .qgemv_groups import GROUP_VALUES, GROUP_X, GROUP_XC, GROUPS_F32, LANES, groups_layout, qgemv_row_groups
+from .qgemv_groups import GROUP_VALUES, GROUP_X, GROUPS_F32, LANES, group_xc, groups_layout, qgemv_row_groups
 from .qgemv_rows import block_sums, far_prefetch, qgemv_rows
 from .qgemv_rows_q8 import qgemv_row_q8_mpairs, qgemv_row_q8_pairs, qgemv_rows_q8
 from .quant import QBLOCK, block_bytes
@@ -64,7 +64,7 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
     comptime groups = GROUPS_F32 and not int8_act and MROWS == 1 and (qtype == "q4_0" or qtype == "q4_1")
     var ng = K // GROUP_VALUES
     var gxp = scratch[F32](ng * GROUP_X * LANES if groups else 1)
-    var gxc = scratch[F32](ng * GROUP_XC * LANES if groups else 1)
+    var gxc = scratch[F32](ng * group_xc[qtype]() * LANES if groups else 1)
     # Q4_1 only: per-lane x sums for its m term (the block sums go to xsum).
     var gxs = scratch[F32](ng * LANES if groups and qtype == "q4_1" else 1)
     var xo = scratch[F32]((nb // 8) * octet_floats[qtype]() if octets else 1)
