@@ -10,20 +10,19 @@
 #   - one two-source word permute gathers a group's 4 x 16 packed bytes into 64 (bytes 16 b..16 b + 15:
 #     block b), one more moves the 4 headers in front, 4 lanes each;
 #   - the low nibbles are one mask, the high ones a shift and a mask (3 ops for 128 values), and
-#     vpdpbusd (VNNI; without it vpmaddubsw on both halves, an int16 add and vpmaddwd) sums nibble x part
-#     per 4 bytes into int32. The
-#     three parts go in by Horner (times 254, then the next part): per lane (8 values) under 2^30,
-#     exact. Q4_0 then adds -8 sum (A 254^2 + B 254 + C): a sum over q - 8 with no cancellation. Then
-#     t = acc s / 254^2 per lane, and acc += d t. Q4_1's m term: the m of 4 groups (16 blocks) are
-#     gathered by the groups' own header permutes (merge-masked), then one conversion and one FMA with
-#     x's block sums.
+#     vpdpbusd (VNNI; without it vpmaddubsw on both halves, an int16 add and vpmaddwd) sums nibble x
+#     part per 4 bytes into int32. The three parts go in by Horner (times 254, then the next part):
+#     per lane (8 values) under 2^30, exact. Q4_0 then adds -8 sum (A 254^2 + B 254 + C): a sum over
+#     q - 8 with no cancellation. Then t = acc s / 254^2 per lane, and acc += d t. Q4_1's m term: the
+#     m of 4 groups (16 blocks) are gathered by the groups' own header permutes (merge-masked), then
+#     one conversion and one FMA with x's block sums.
 #
 # Accuracy (conformance grid, M = 1, largest ratio of the error to the fp32 dot bound
-# 2 u sqrt(K) |x| . |w|): K = 576 Q4_0 0.010, Q4_1 0.020; K = 4096 0.002 / 0.006. x with a block mixing
-# 1e4 and 1e-3 (the grid's special-x case, split bound |d q| + |offset|): Q4_0 0.08-0.09, Q4_1 0.32-0.33. Small
-# values next to a large one carry its 2^-24 error, where fp32 keeps 2^-24 of each value: the price of
-# x in integers per block, in a bound with room to spare. A block whose max|x| is under 1e-30 counts as
-# zero; an inf or NaN in x makes its s NaN, so y is NaN as in fp32.
+# 2 u sqrt(K) |x| . |w|): K = 576 Q4_0 0.010, Q4_1 0.020; K = 4096 0.002 / 0.006. x with a block
+# mixing 1e4 and 1e-3 (the grid's special-x case, split bound |d q| + |offset|): Q4_0 0.08-0.09, Q4_1
+# 0.32-0.33. Small values next to a large one carry its 2^-24 error, where fp32 keeps 2^-24 of each
+# value: the price of x in integers per block, in a bound with room to spare. A block whose max|x| is
+# under 1e-30 counts as zero; an inf or NaN in x makes its s NaN, so y is NaN as in fp32.
 #
 # History, Zen 4, one core, cache-resident (benchmarks/profile_qmatmul.mojo "f32 group rows", 128 x 4096):
 #   - float nibbles (16 x F - 16 x with F = 1 + q / 16, in FMAs): Q4_0 1.30-1.43, Q4_1 1.36-1.45 ns per
@@ -31,7 +30,7 @@
 #   - nibbles as bf16 with vdpbf16ps and x in two bf16 parts: 1.07 / 1.13, but x held only ~17 bits (grid
 #     ratio 0.76 at K = 160); in three parts (24 bits) 1.35;
 #   - x in two int16 parts, x = s (H + L / 2^15), and vpdpwssd: 8 multiply-adds, 6 nibble ops and 8
-#     loads of x per group against 6, 3 and 6 here (Zen 4 loads one 64-byte vector per cycle). Q4_0
+#     loads of x per group against 6, 3 and 6 here (Zen 4 loads 2 x 32 bytes per cycle). Q4_0
 #     1.15-1.36 -> 0.93-1.09, Q4_1 1.08-1.18 -> 0.93-1.13 ns per block; grid ratios 0.007 / 0.018 at
 #     K = 576 and 0.08 / 0.10 on special-x. In a graph, chains of copies from DRAM, 8 interleaved rounds,
 #     medians per op: K = N = 4096 Q4_0 520.8 -> 471.5 us (faster in 8 of 8 rounds), Q4_1 552.3 -> 509.4
@@ -88,10 +87,12 @@ def groups_layout[qtype: StaticString](x: Ptr[F32], K: Int, xp: Ptr[F32], xc: Pt
     Per block of 32 values: s = max|x| / 127, u = x / s, and three int8 parts: A = round(u),
     r = (u - A) 254, B = round(r), C = round((r - B) 254), all in [-127, 127] since |u - A| <= 1/2 and
     |r - B| <= 1/2, so u = A + B / 254 + C / 254^2 to within 1 / (2 254^2) plus the roundings of u and r:
-    x to about 2^-24 of the block's max|x| (fp32: 2^-24 of each |x|). Vector 2 p + h of a group holds part p of the 4 blocks' low (h = 0: values
-    0..15) or high (h = 1: values 16..31) halves, block b in bytes 16 b..16 b + 15: the order of a
-    group's packed nibbles (the low nibble of byte i is value i, the high one value i + 16). Lane i
-    (of 16 int32 sums) covers bytes 4 i..4 i + 3 of both halves: 8 values of block i // 4.
+    x to about 2^-24 of the block's max|x| (fp32: 2^-24 of each |x|).
+
+    Vector 2 p + h of a group holds part p of the 4 blocks' low (h = 0: values 0..15) or high (h = 1:
+    values 16..31) halves, block b in bytes 16 b..16 b + 15: the order of a group's packed nibbles (the
+    low nibble of byte i is value i, the high one value i + 16). Lane i (of 16 int32 sums) covers bytes
+    4 i..4 i + 3 of both halves: 8 values of block i // 4.
 
     Args:
         x: [K] the activation row.
@@ -211,7 +212,8 @@ def _dot_halves(
     # at most 4 * 15 * 127 < 2^15: no saturation), then one vpmaddwd against ones.
     var pairs = llvm_intrinsic["llvm.x86.avx512.pmaddubs.w.512", SIMD[DType.int16, 32]](lo, x_lo) + llvm_intrinsic[
         "llvm.x86.avx512.pmaddubs.w.512", SIMD[DType.int16, 32]](hi, x_hi)
-    return acc + llvm_intrinsic["llvm.x86.avx512.pmaddw.d.512", SIMD[DType.int32, LANES]](pairs, SIMD[DType.int16, 32](1))
+    var ones = SIMD[DType.int16, 32](1)
+    return acc + llvm_intrinsic["llvm.x86.avx512.pmaddw.d.512", SIMD[DType.int32, LANES]](pairs, ones)
 
 
 @always_inline
@@ -229,7 +231,7 @@ def _group_products[qtype: StaticString](
     var win1 = bitcast[DType.int16, 32](blk.unsafe_offset(4 * bb - 64).unsafe_load[width=64](0))
     var words = bitcast[DType.uint16, 32](
         llvm_intrinsic["llvm.x86.avx512.vpermi2var.hi.512", SIMD[DType.int16, 32]](win0, _PACKED_PERM[qtype], win1))
-    # Byte i of the packed 64: low nibble = value i % 16 of block i // 16, high nibble = value 16 + i % 16.
+    # Byte i of the packed 64: low nibble = value i % 16 of block i // 16, high nibble value 16 + i % 16.
     var lo = bitcast[DType.uint8, 64](words & UInt16(0x0F0F))
     var hi = bitcast[DType.uint8, 64]((words >> UInt16(4)) & UInt16(0x0F0F))
     # Per lane (8 values) sum q (A 254^2 + B 254 + C), by Horner over the parts: at most
