@@ -1,18 +1,21 @@
-# Standalone batch-1 int8-activation qmatmul driver for profiling (kernels/qgemv_rows_q8.mojo, act = "q8",
-# M = 1, Q4_0 and Q4_1): no graph, no JIT, so `perf annotate` sees the row kernel's instructions.
+# Standalone batch-1 qmatmul driver for profiling (M = 1, Q4_0 and Q4_1; act = "q8": qgemv_rows_q8.mojo,
+# act = "f32": qgemv_rows.mojo, qgemv_groups.mojo, qgemv_octets.mojo): no graph, no JIT, so
+# `perf annotate` sees the row kernels' instructions.
 # Timing only, no baseline: speed claims belong to `crucible bench kernels`.
 #
 #   .venv/bin/mojo build -I . -O3 benchmarks/profile_qmatmul.mojo -o /tmp/profile_qmatmul
 #   /tmp/profile_qmatmul [N K reps]                     (default: 128 4096 100)
 #   perf record -o /tmp/perf.data /tmp/profile_qmatmul && perf annotate -i /tmp/perf.data --stdio
 #
-# Three numbers per block format:
+# Numbers per block format:
 #   row kernel, one core: qgemv_row_q8_pairs over N rows of K, the weights cache-resident (N x K small
 #     enough for L2), best of `reps` timings of 20 passes: the compute cost per 32-value block.
 #   f32 row kernel, one core: the same for float activations (act = "f32", qgemv_rows[1, 1]).
 #   f32 group rows, one core (AVX-512 hosts): qgemv_row_groups, which act = "f32" M = 1 runs there.
-#   whole op: qmatmul_cpu on both cores over distinct weight copies totalling >= 64 MB, so the weights
-#     stream from DRAM as in a model's decode step, with its parallel hand-off.
+#   f32 octet rows, one core (AVX2 hosts without VNNI): qgemv_row_octets, which act = "f32" M = 1 runs
+#     there.
+#   whole op (act = "q8", then "f32"): qmatmul_cpu on both cores over distinct weight copies totalling
+#     >= 64 MB, so the weights stream from DRAM as in a model's decode step, with its parallel hand-off.
 # Weights are synthetic bytes with valid half-precision headers; the printed checksum only keeps the
 # compiler from dropping the work (the conformance grid checks results).
 
@@ -20,9 +23,10 @@ from max.gpu.host import DeviceContext
 from std.sys import argv
 from std.time import perf_counter_ns
 
-from kernels.common import BytePtr, F32, scratch
+from kernels.common import BytePtr, F32, Ptr, scratch
 from kernels.qdot_int8 import I8Ptr, octet_floats, octet_layout_q8, pair_layout_q8, quantize_rows_q8
 from kernels.qgemv_groups import GROUP_VALUES, GROUP_X, GROUPS_F32, LANES, group_xc, groups_layout, qgemv_row_groups
+from kernels.qgemv_octets import OCTET_VALUES, OCTET_X_BYTES, OCTETS_F32, octet_xo, octets_layout, qgemv_row_octets
 from kernels.qgemv_rows import block_sums, qgemv_rows
 from kernels.qgemv_rows_q8 import qgemv_row_q8_pairs
 from kernels.qmatmul_cpu import qmatmul_cpu
@@ -55,6 +59,22 @@ def _best_pass_ns[Body: def() -> None](body: Body, reps: Int) -> Float64:
             body()
         best = min(best, Float64(perf_counter_ns() - t0) / 20.0)
     return best
+
+
+def _whole_op[qtype: StaticString, act: StaticString](
+    yo: Ptr[F32], x: Ptr[F32], ws: BytePtr, op_bytes: Int, N: Int, K: Int, copies: Int, passes: Int, ctx: DeviceContext
+) raises -> Float32:
+    """Times qmatmul_cpu over `copies` distinct N x K weight copies from DRAM; prints and returns y[0]."""
+    for c in range(copies):
+        qmatmul_cpu[qtype, act](yo, x, ws.unsafe_offset(c * op_bytes), 1, N, K, ctx)
+    var t0 = perf_counter_ns()
+    for _ in range(passes):
+        for c in range(copies):
+            qmatmul_cpu[qtype, act](yo, x, ws.unsafe_offset(c * op_bytes), 1, N, K, ctx)
+    var per_op = Float64(perf_counter_ns() - t0) / Float64(passes * copies)
+    print(qtype, "whole op, all cores, from DRAM, N", N, "K", K, "copies", copies, ":", per_op / 1000.0, "us per op,",
+          Float64(op_bytes) / per_op, "GB/s of weights, act", act)
+    return yo[unsafe_offset=0]
 
 
 def profile[qtype: StaticString](N: Int, K: Int, reps: Int, ctx: DeviceContext) raises:
@@ -124,22 +144,35 @@ def profile[qtype: StaticString](N: Int, K: Int, reps: Int, ctx: DeviceContext) 
         gxs.unsafe_free()
         gxb.unsafe_free()
 
+    # The AVX2 octet rows that act = "f32" M = 1 runs there instead (qgemv_octets.mojo).
+    comptime if OCTETS_F32:
+        var no = K // OCTET_VALUES
+        var oxp = rebind[I8Ptr](scratch[DType.int8](no * OCTET_X_BYTES + 1))
+        var oxo = scratch[F32](no * octet_xo[qtype]() + 1)
+        var oco = scratch[DType.int32](no * 16 + 1)
+        octets_layout[qtype](x, K, oxp, oxo, oco)
+
+        def rows_octets() {var x, var oxp, var oxo, var oco, var w, var row_bytes, var y, var N, var K}:
+            for n in range(N):
+                qgemv_row_octets[qtype](x, oxp, oxo, oco, w, row_bytes, y, n, K)
+
+        var best_octets = _best_pass_ns(rows_octets, reps)
+        print(qtype, "f32 octet rows, one core, cache-resident, N", N, "K", K, ":", best_octets / Float64(N * nb),
+              "ns per block (checksum", y[unsafe_offset=0], ")")
+        oxp.unsafe_free()
+        oxo.unsafe_free()
+        oco.unsafe_free()
+
     # Whole op from DRAM: copies of a 4096 x K matrix totalling >= 64 MB.
     comptime OP_N = 4096
     var op_bytes = OP_N * row_bytes
     var copies = max(2, ((64 << 20) + op_bytes - 1) // op_bytes)
     var ws = _weights[qtype](OP_N * copies, K)
     var yo = scratch[F32](OP_N)
-    for c in range(copies):
-        qmatmul_cpu[qtype, "q8"](yo, x, ws.unsafe_offset(c * op_bytes), 1, OP_N, K, ctx)
-    var passes = max(1, reps // 10)
-    var t0 = perf_counter_ns()
-    for _ in range(passes):
-        for c in range(copies):
-            qmatmul_cpu[qtype, "q8"](yo, x, ws.unsafe_offset(c * op_bytes), 1, OP_N, K, ctx)
-    var per_op = Float64(perf_counter_ns() - t0) / Float64(passes * copies)
-    print(qtype, "whole op, all cores, from DRAM, N", OP_N, "K", K, "copies", copies, ":", per_op / 1000.0,
-          "us per op,", Float64(op_bytes) / per_op, "GB/s of weights (checksum", check + yo[unsafe_offset=0], ")")
+    var checks = check
+    comptime for act in ["q8", "f32"]:
+        checks += _whole_op[qtype, act](yo, x, ws, op_bytes, OP_N, K, copies, max(1, reps // 10), ctx)
+    print(qtype, "(checksum", checks, ")")
     w.unsafe_free()
     ws.unsafe_free()
     x.unsafe_free()

@@ -25,6 +25,7 @@ from std.sys.info import CompilationTarget
 from std.memory import bitcast
 
 from .common import BytePtr, F32, Ptr
+from .quant import block_bytes, header_bytes
 
 comptime I8Ptr = Pointer[Int8, MutAnyOrigin]
 
@@ -232,9 +233,45 @@ def octet_layout_q8[qtype: StaticString](
 
 
 @always_inline
-def octet_dot(w_lo: Array[SIMD[DType.uint8, 32], 4], w_hi: Array[SIMD[DType.uint8, 32], 4], x: I8Ptr) -> SIMD[DType.int32, 8]:
-    """The int32 dot products of 8 nibble blocks (4 pairs: low / high nibbles as dot_u8_i8_x2_fold takes
-    them) with their qx2 bytes from x on, lane k holding block octet_block(k). AVX2 only."""
+def octet_nibbles[qtype: StaticString](
+    blk: BytePtr, mut w_lo: Array[SIMD[DType.uint8, 32], 4], mut w_hi: Array[SIMD[DType.uint8, 32], 4]
+):
+    """The nibbles of the 8 Q4 blocks from `blk` on as octet_dot takes them: pair u = blocks 2u, 2u + 1,
+    w_lo[u] = [2u's low nibbles (values 0..15), 2u + 1's], w_hi[u] the high ones (values 16..31)."""
+    comptime bb = block_bytes[qtype]()
+    comptime head = header_bytes[qtype]()
+    comptime for u in range(4):
+        var q = blk.unsafe_offset(2 * u * bb + head).unsafe_load[width=16](0).join(
+            blk.unsafe_offset((2 * u + 1) * bb + head).unsafe_load[width=16](0))
+        w_lo[u] = q & 0xF
+        w_hi[u] = q >> 4
+
+
+@always_inline
+def octet_scales[qtype: StaticString](blk: BytePtr) -> Tuple[SIMD[F32, 8], SIMD[F32, 8]]:
+    """(d, m) of the 8 Q4 blocks from `blk` on, lane k for block octet_block(k); m is zero for Q4_0."""
+    comptime bb = block_bytes[qtype]()
+    comptime if qtype == "q4_1":
+        # Headers (d, m) as two halves per block, gathered in lane order and split into d and m.
+        var h = SIMD[DType.uint32, 8](0)
+        comptime for k in range(8):
+            h[k] = blk.unsafe_offset(octet_block(k) * bb).unsafe_bitcast[UInt32]()[unsafe_offset=0]
+        var dm = bitcast[DType.float16, 16](h).deinterleave()
+        return (dm[0].cast[F32](), dm[1].cast[F32]())
+    else:
+        var h = SIMD[DType.uint16, 8](0)
+        comptime for k in range(8):
+            h[k] = blk.unsafe_offset(octet_block(k) * bb).unsafe_bitcast[UInt16]()[unsafe_offset=0]
+        return (bitcast[DType.float16, 8](h).cast[F32](), SIMD[F32, 8](0))
+
+
+@always_inline
+def octet_dot[mult: Int = 1](
+    w_lo: Array[SIMD[DType.uint8, 32], 4], w_hi: Array[SIMD[DType.uint8, 32], 4], x: I8Ptr
+) -> SIMD[DType.int32, 8]:
+    """The int32 dot products of 8 nibble blocks (octet_nibbles) with their qx2 bytes from x on, times
+    `mult` (free: the last vpmaddwd's factor; |mult| * 30480 * 2 must fit int32), lane k holding
+    block octet_block(k). AVX2 only."""
     var p16 = Array[SIMD[DType.int16, 16], 4](fill=SIMD[DType.int16, 16](0))
     comptime for u in range(4):
         var xv = x.unsafe_offset(u * PAIR).unsafe_load[width=PAIR](0)
@@ -242,7 +279,7 @@ def octet_dot(w_lo: Array[SIMD[DType.uint8, 32], 4], w_hi: Array[SIMD[DType.uint
     var h01 = llvm_intrinsic["llvm.x86.avx2.phadd.w", SIMD[DType.int16, 16]](p16[0], p16[1])
     var h23 = llvm_intrinsic["llvm.x86.avx2.phadd.w", SIMD[DType.int16, 16]](p16[2], p16[3])
     var h = llvm_intrinsic["llvm.x86.avx2.phadd.w", SIMD[DType.int16, 16]](h01, h23)
-    return llvm_intrinsic["llvm.x86.avx2.pmadd.wd", SIMD[DType.int32, 8]](h, SIMD[DType.int16, 16](1))
+    return llvm_intrinsic["llvm.x86.avx2.pmadd.wd", SIMD[DType.int32, 8]](h, SIMD[DType.int16, 16](mult))
 
 
 def row_pair_layout_q8(

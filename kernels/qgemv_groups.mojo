@@ -40,7 +40,8 @@
 #   - two rows side by side, sharing x's loads: Q4_0 3-10% faster in cache, Q4_1 slower (registers); not
 #     kept (one weight stream per core, see qmatmul_cpu._qgemv_m).
 # Blocks after the last whole group (K = 576: 2 of 18) take decode_block. Needs AVX-512BW (word
-# permutes and shifts); other hosts keep qgemv_rows.
+# permutes and shifts); AVX2 hosts without VNNI take qgemv_octets.mojo (the same parts of x, 8 blocks
+# at a time), other hosts keep qgemv_rows.
 
 from std.memory import bitcast
 from std.sys import llvm_intrinsic
@@ -67,7 +68,7 @@ def group_xc[qtype: StaticString]() -> Int:
     return 2 if qtype == "q4_0" else 1
 
 
-def _int8_vector(v: SIMD[F32, 16]) -> SIMD[DType.int8, 16]:
+def int8_vector(v: SIMD[F32, 16]) -> SIMD[DType.int8, 16]:
     # v holds integers in [-127, 127].
     return v.cast[DType.int32]().cast[DType.int8]()
 
@@ -79,6 +80,33 @@ def _quad_sums[dtype: DType](v: SIMD[dtype, 16]) -> SIMD[dtype, 4]:
     var p = pairs[0] + pairs[1]
     var quads = p.deinterleave()
     return quads[0] + quads[1]
+
+
+def part_scale(lo: SIMD[F32, 16], hi: SIMD[F32, 16]) -> Tuple[Float32, Float32]:
+    """(s, 1 / s) of the block [lo, hi]: s = max|x| / 127, the unit of its part A.
+
+    A block whose largest |x| is under 1e-30 counts as zero (1 / s could overflow): an absolute error
+    under 32e-30 max|w|. An inf or NaN in x makes s NaN, so y is NaN as in fp32 (x * 0 is NaN exactly
+    for them; max() alone could drop a NaN).
+    """
+    var amax = max(abs(lo).reduce_max(), abs(hi).reduce_max())
+    var inv = Float32(A_MAX) / amax if amax > 1e-30 else Float32(0)
+    var poison = (lo * 0.0 + hi * 0.0).reduce_add()
+    return (amax / A_MAX + poison, inv)
+
+
+@always_inline
+def int8_parts(v: SIMD[F32, 16], inv: Float32) -> Tuple[SIMD[F32, 16], SIMD[F32, 16], SIMD[F32, 16]]:
+    """(A, B, C) of x values v, inv = 1 / s (part_scale): integers in [-127, 127] with
+    v / s = A + B / 254 + C / 254^2 to about 2^-24 of 127 (see groups_layout)."""
+    var u = v * inv
+    var a = u.__round__()
+    # u - a and r - bb are exact (Sterbenz); |r|, |(r - bb) 254| <= 127 (the clamps only guard the
+    # int8 range).
+    var r = (u - a) * Float32(PART_SCALE)
+    var bb = min(max(r.__round__(), -A_MAX), A_MAX)
+    var c = min(max(((r - bb) * Float32(PART_SCALE)).__round__(), -A_MAX), A_MAX)
+    return (a, bb, c)
 
 
 def groups_layout[qtype: StaticString](x: Ptr[F32], K: Int, xp: Ptr[F32], xc: Ptr[F32], xs: Ptr[F32], xb: Ptr[F32]):
@@ -114,26 +142,17 @@ def groups_layout[qtype: StaticString](x: Ptr[F32], K: Int, xp: Ptr[F32], xc: Pt
         comptime for b in range(GROUP_BLOCKS):
             var lo = gx.unsafe_load[width=16](b * QBLOCK)
             var hi = gx.unsafe_load[width=16](b * QBLOCK + 16)
-            var amax = max(abs(lo).reduce_max(), abs(hi).reduce_max())
-            # A block whose largest |x| is under 1e-30 counts as zero (1 / s could overflow): an
-            # absolute error under 32e-30 max|w|. An inf or NaN in x makes s NaN, so y is NaN as in
-            # fp32 (x * 0 is NaN exactly for them; max() alone could drop a NaN).
-            var inv = Float32(A_MAX) / amax if amax > 1e-30 else Float32(0)
-            var poison = (lo * 0.0 + hi * 0.0).reduce_add()
-            scale = scale.insert[offset=4 * b](SIMD[F32, 4]((amax / A_MAX) / X_UNIT + poison))
+            var si = part_scale(lo, hi)
+            scale = scale.insert[offset=4 * b](SIMD[F32, 4](si[0] / X_UNIT))
             var whole_sum = SIMD[DType.int32, 16](0)
             comptime for h in range(2):
-                var v = lo if h == 0 else hi
-                var u = v * inv
-                var a = u.__round__()
-                # u - a and r - bb are exact (Sterbenz); |r|, |(r - bb) 254| <= 127 (the clamps only
-                # guard the int8 range).
-                var r = (u - a) * Float32(PART_SCALE)
-                var bb = min(max(r.__round__(), -A_MAX), A_MAX)
-                var c = min(max(((r - bb) * Float32(PART_SCALE)).__round__(), -A_MAX), A_MAX)
-                parts[h] = parts[h].insert[offset=16 * b](_int8_vector(a))
-                parts[2 + h] = parts[2 + h].insert[offset=16 * b](_int8_vector(bb))
-                parts[4 + h] = parts[4 + h].insert[offset=16 * b](_int8_vector(c))
+                var abc = int8_parts(lo if h == 0 else hi, si[1])
+                var a = abc[0]
+                var bb = abc[1]
+                var c = abc[2]
+                parts[h] = parts[h].insert[offset=16 * b](int8_vector(a))
+                parts[2 + h] = parts[2 + h].insert[offset=16 * b](int8_vector(bb))
+                parts[4 + h] = parts[4 + h].insert[offset=16 * b](int8_vector(c))
                 comptime if qtype == "q4_0":
                     whole_sum += (a.cast[DType.int32]() * PART_SCALE + bb.cast[DType.int32]()) * PART_SCALE + c.cast[
                         DType.int32]()

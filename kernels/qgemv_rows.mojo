@@ -1,7 +1,8 @@
 # Float-activation decode rows of crucible.qmatmul on CPU (act = "f32", M <= 32): y[m, n] =
 # x[m, :] . dequant(W[n, :]) with each GGUF block decoded in registers, never to memory. The
 # dispatch over rows and cores is qmatmul_cpu.mojo's; the int8-activation rows are qgemv_rows_q8.mojo.
-# On AVX-512 hosts batch-1 Q4_0 / Q4_1 rows take qgemv_groups.mojo instead (no table lookups).
+# Batch-1 Q4_0 / Q4_1 rows take qgemv_groups.mojo instead on AVX-512BW hosts and qgemv_octets.mojo on
+# AVX2 hosts without VNNI (x in int8 parts, no per-nibble conversions).
 
 from std.sys import PrefetchOptions, prefetch
 from std.sys.info import CompilationTarget

@@ -46,8 +46,8 @@ from std.sys.info import CompilationTarget
 
 from .common import BytePtr, F32, Ptr
 from .qdot_int8 import (
-    OCTETS, PAIR, PAIR_LANES, SIGNED_Q8, I8Ptr, dot_i8_i8, dot_u8_i8, dot_u8_i8_x2, dot_u8_i8_x2_fold, octet_block,
-    octet_dot, octet_floats,
+    OCTETS, PAIR, PAIR_LANES, SIGNED_Q8, I8Ptr, dot_i8_i8, dot_u8_i8, dot_u8_i8_x2, dot_u8_i8_x2_fold, octet_dot,
+    octet_floats, octet_nibbles, octet_scales,
 )
 from .qgemv_rows import prefetch_ahead
 from .quant import HALF, QBLOCK, block_bytes, block_d, block_scales, header_bytes
@@ -364,26 +364,13 @@ def _octet[qtype: StaticString](
         prefetch_ahead(blk.unsafe_offset(i), far)
     var w_lo = Array[SIMD[DType.uint8, 32], 4](fill=SIMD[DType.uint8, 32](0))
     var w_hi = Array[SIMD[DType.uint8, 32], 4](fill=SIMD[DType.uint8, 32](0))
-    comptime for u in range(4):
-        var q = blk.unsafe_offset(2 * u * bb + head).unsafe_load[width=16](0).join(
-            blk.unsafe_offset((2 * u + 1) * bb + head).unsafe_load[width=16](0))
-        w_lo[u] = q & 0xF
-        w_hi[u] = q >> 4
+    octet_nibbles[qtype](blk, w_lo, w_hi)
     var dot = octet_dot(w_lo, w_hi, xq)
-    var d: SIMD[F32, 8]
+    var dm = octet_scales[qtype](blk)
+    var d = dm[0]
     comptime if q4_1:
-        # Headers (d, m) as two halves per block, gathered in lane order and split into d and m.
-        var h = SIMD[DType.uint32, 8](0)
-        comptime for k in range(8):
-            h[k] = blk.unsafe_offset(octet_block(k) * bb).unsafe_bitcast[UInt32]()[unsafe_offset=0]
-        var dm = bitcast[DType.float16, 16](h).deinterleave()
-        d = dm[0].cast[F32]()
-        moff = dm[1].cast[F32]().fma(xo.unsafe_load[width=8](8), moff)
+        moff = dm[1].fma(xo.unsafe_load[width=8](8), moff)
     else:
-        var h = SIMD[DType.uint16, 8](0)
-        comptime for k in range(8):
-            h[k] = blk.unsafe_offset(octet_block(k) * bb).unsafe_bitcast[UInt16]()[unsafe_offset=0]
-        d = bitcast[DType.float16, 8](h).cast[F32]()
         dot += co.unsafe_load[width=8](0)
     acc = dot.cast[F32]().fma(d * xo.unsafe_load[width=8](0), acc)
 

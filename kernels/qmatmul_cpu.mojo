@@ -9,7 +9,8 @@
 #          measured 606-627 -> 566-574 and 427-436 -> 257-258 us). For M > 1 each block is decoded to floats once and
 #          reused by up to 8 rows (2 weight rows in flight); M > 8 runs in groups of <= 8 rows, each
 #          streaming the weights again. The rows: qgemv_rows.mojo (float x; on AVX-512 hosts M = 1
-#          Q4_0 / Q4_1 take qgemv_groups.mojo, 4 blocks at a time in int16 products), qgemv_rows_q8.mojo
+#          Q4_0 / Q4_1 take qgemv_groups.mojo, 4 blocks at a time in integers, and on AVX2 hosts
+#          without VNNI qgemv_octets.mojo, 8 blocks at a time), qgemv_rows_q8.mojo
 #          (act = "q8": x quantized to int8 per block, integer block dot products).
 #   gemm   M > 32 (prefill). The fp32 GEMM of matmul_cpu.mojo with a packing step that decodes blocks
 #          into the KC x NR micro-panel; the float weights never exist beyond that panel.
@@ -28,6 +29,7 @@ from .qdot_int8 import (
     OCTETS, PAIR, PAIR_LANES, I8Ptr, octet_floats, octet_layout_q8, pair_layout_q8, quantize_rows_q8, row_pair_layout_q8,
 )
 from .qgemv_groups import GROUP_VALUES, GROUP_X, GROUPS_F32, LANES, group_xc, groups_layout, qgemv_row_groups
+from .qgemv_octets import OCTET_VALUES, OCTET_X_BYTES, OCTETS_F32, octet_xo, octets_layout, qgemv_row_octets
 from .qgemv_rows import block_sums, far_prefetch, qgemv_rows
 from .qgemv_rows_q8 import qgemv_row_q8_mpairs, qgemv_row_q8_pairs, qgemv_rows_q8
 from .quant import QBLOCK, block_bytes
@@ -67,6 +69,12 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
     var gxc = scratch[F32](ng * group_xc[qtype]() * LANES if groups else 1)
     # Q4_1 only: per-lane x sums for its m term (the block sums go to xsum).
     var gxs = scratch[F32](ng * LANES if groups and qtype == "q4_1" else 1)
+    # Batch-1 Q4 rows with float x on AVX2 without VNNI: octets of 8 blocks (qgemv_octets.mojo).
+    comptime f32_octets = OCTETS_F32 and not int8_act and MROWS == 1 and (qtype == "q4_0" or qtype == "q4_1")
+    var no = K // OCTET_VALUES
+    var oxp = rebind[I8Ptr](scratch[DType.int8](no * OCTET_X_BYTES if f32_octets else 1))
+    var oxo = scratch[F32](no * octet_xo[qtype]() if f32_octets else 1)
+    var oco = scratch[DType.int32](no * 16 if f32_octets and qtype == "q4_0" else 1)
     var xo = scratch[F32]((nb // 8) * octet_floats[qtype]() if octets else 1)
     var co = scratch[DType.int32]((nb // 8) * 8 if octets and qtype == "q4_0" else 1)
     # Batched int8 x, 3 to 8 rows: two x rows per dot product (row_pair_layout_q8). AMD Zen 3 (AVX2),
@@ -88,17 +96,24 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
             row_pair_layout_q8(qx, dx, sx, MROWS, nb, qxp, dxp, sxp)
     elif groups:
         groups_layout[qtype](x, K, gxp, gxc, gxs, xsum)
+    elif f32_octets:
+        octets_layout[qtype](x, K, oxp, oxo, oco)
     else:
         block_sums(x, nb, xsum)
 
     def task(t: Int) {var y, var x, var xsum, var qx, var dx, var sx, var qx2, var xs2, var cx2, var xo, var co, var qxp,
-                      var dxp, var sxp, var gxp, var gxc, var gxs, var w, var row_bytes, var N, var K, var per,
-                      var far}:
+                      var dxp, var sxp, var gxp, var gxc, var gxs, var oxp, var oxo, var oco, var w, var row_bytes,
+                      var N, var K, var per, var far}:
         var n = t * per
         var end = min(N, n + per)
         comptime if groups:
             while n < end:
                 qgemv_row_groups[qtype](x, gxp, gxc, gxs, xsum, w, row_bytes, y, n, K, far)
+                n += 1
+            return
+        comptime if f32_octets:
+            while n < end:
+                qgemv_row_octets[qtype](x, oxp, oxo, oco, w, row_bytes, y, n, K, far)
                 n += 1
             return
         comptime if mpairs:
@@ -143,6 +158,9 @@ def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
     gxp.unsafe_free()
     gxc.unsafe_free()
     gxs.unsafe_free()
+    oxp.unsafe_free()
+    oxo.unsafe_free()
+    oco.unsafe_free()
 
 
 def qmatmul_cpu[qtype: StaticString, act: StaticString](

@@ -1,0 +1,135 @@
+# Float-activation batch-1 Q4 rows of crucible.qmatmul on AVX2 without VNNI or AVX-512BW (act = "f32",
+# M = 1, Q4_0 / Q4_1; e.g. AMD Zen 3, Intel Haswell to Skylake client): y[n] = x . dequant(W[n, :]),
+# a row read in octets of 8 blocks (256 values), in integers.
+#
+# Why: the block-at-a-time rows (qgemv_rows.mojo) widen every nibble to int32 and convert it to float
+# (4 widenings, 4 conversions and 4 FMAs per block on 8-lane vectors): ~2 ns per block on one Zen 3
+# core, about half the DRAM stream's pace. Here x takes the form of qgemv_groups.mojo (the AVX-512
+# rows): per block of 32 values s = max|x| / 127 and three int8 parts, x = s (A + B / 254 + C / 254^2)
+# (qgemv_groups.part_scale, int8_parts), laid out once per call (octets_layout) in the byte order of
+# the int8 rows' block octets (qdot_int8.mojo): each weight octet's nibbles are split once
+# (octet_nibbles) and dotted with all three parts by octet_dot (vpmaddubsw, int16 adds, two vphaddw
+# levels, one vpmaddwd): per block and part one int32 sum, lane k for block octet_block(k).
+#   - AB = 254 dot(q, A) + dot(q, B) (the 254 is octet_dot's last vpmaddwd factor, free): at most
+#     32 * 15 * 127 * 255 < 2^24, so its conversion to float is exact; C's dot is converted apart.
+#   - Q4_0 adds -8 sum(254 A + B) and -8 sum(C) per block in int32 (co): the sum over q - 8 is exact,
+#     with no cancellation in floats (the special-x case; see qgemv_groups.mojo's history).
+#   - t = AB s / 254 + C s / 254^2 per lane (one multiply, one FMA), then acc += d t; Q4_1's m term is
+#     one FMA with x's block sums per octet.
+# Accuracy: as qgemv_groups.mojo (x held to about 2^-24 of its block's max|x|; the products and sums up
+# to AB and C exact, then three fp32 roundings per block).
+# Blocks after the last whole octet (K = 576: 2 of 18) take decode_block.
+
+from .common import BytePtr, F32, Ptr
+from .qdot_int8 import OCTETS, PAIR, I8Ptr, octet_block, octet_dot, octet_nibbles, octet_scales
+from .qgemv_groups import GROUPS_F32, PART_SCALE, X_UNIT, int8_parts, int8_vector, part_scale
+from .qgemv_rows import prefetch_ahead
+from .quant import QBLOCK, block_bytes, decode_block
+
+# AVX-512BW hosts take qgemv_groups.mojo; OCTETS: AVX2 without VNNI (octet_dot's vpmaddubsw form).
+comptime OCTETS_F32 = OCTETS and not GROUPS_F32
+comptime OCTET_VALUES = 8 * QBLOCK
+comptime OCTET_PART_BYTES = 4 * PAIR  # one part of an octet's x: 4 block pairs in qx2 order
+comptime OCTET_X_BYTES = 3 * OCTET_PART_BYTES
+
+
+def octet_xo[qtype: StaticString]() -> Int:
+    """Floats per octet in octets_layout's xo: s / 254 and s / 254^2 per lane; Q4_1 then block sums."""
+    return 24 if qtype == "q4_1" else 16
+
+
+def octets_layout[qtype: StaticString](x: Ptr[F32], K: Int, xp: I8Ptr, xo: Ptr[F32], co: Ptr[DType.int32]):
+    """Lays x out for qgemv_row_octets, once per call.
+
+    Octet o covers blocks 8 o..8 o + 7; lane k of its per-block vectors is block 8 o + octet_block(k).
+
+    Args:
+        x: [K] the activation row.
+        K: the row length; octets cover the first (K // 256) * 256 values.
+        xp: [octets, 3, 4, 64] int8 out: part P (A, B, C) of pair u (blocks 2 u, 2 u + 1) in the block
+            pair order [2u values 0..15, 2u + 1 values 0..15, 2u values 16..31, 2u + 1 values 16..31].
+        xo: [octets, octet_xo] out: s / 254 per lane, s / 254^2 per lane, then (Q4_1) the block sums
+            of x per lane.
+        co: [octets, 2, 8] int32 out (Q4_0): -8 sum(254 A + B) per lane, then -8 sum(C) per lane.
+    """
+    comptime XO = octet_xo[qtype]()
+    for o in range(K // OCTET_VALUES):
+        var parts_x = xp.unsafe_offset(o * OCTET_X_BYTES)
+        comptime for k in range(8):
+            comptime j = octet_block(k)
+            var bx = x.unsafe_offset((8 * o + j) * QBLOCK)
+            var lo = bx.unsafe_load[width=16](0)
+            var hi = bx.unsafe_load[width=16](16)
+            var si = part_scale(lo, hi)
+            xo[unsafe_offset=o * XO + k] = si[0] / Float32(PART_SCALE)
+            xo[unsafe_offset=o * XO + 8 + k] = si[0] / X_UNIT
+            var sum_ab = Int32(0)
+            var sum_c = Int32(0)
+            comptime for h in range(2):
+                var abc = int8_parts(lo if h == 0 else hi, si[1])
+                # Pair j // 2, half h (bytes 0..31 low values, 32..63 high), block side j % 2.
+                comptime at = (j // 2) * PAIR + 32 * h + 16 * (j % 2)
+                parts_x.unsafe_offset(at).unsafe_store(0, int8_vector(abc[0]))
+                parts_x.unsafe_offset(OCTET_PART_BYTES + at).unsafe_store(0, int8_vector(abc[1]))
+                parts_x.unsafe_offset(2 * OCTET_PART_BYTES + at).unsafe_store(0, int8_vector(abc[2]))
+                comptime if qtype == "q4_0":
+                    sum_ab += (abc[0] * Float32(PART_SCALE) + abc[1]).cast[DType.int32]().reduce_add()
+                    sum_c += abc[2].cast[DType.int32]().reduce_add()
+            comptime if qtype == "q4_0":
+                co[unsafe_offset=o * 16 + k] = -8 * sum_ab
+                co[unsafe_offset=o * 16 + 8 + k] = -8 * sum_c
+            else:
+                xo[unsafe_offset=o * XO + 16 + k] = (lo + hi).reduce_add()
+
+
+@always_inline
+def qgemv_row_octets[qtype: StaticString](
+    x: Ptr[F32], xp: I8Ptr, xo: Ptr[F32], co: Ptr[DType.int32], w: BytePtr, row_bytes: Int, y: Ptr[F32], n: Int,
+    K: Int, far: Bool = False,
+):
+    """y[n] = x . dequant(W[n, :]) for one Q4 row; xp, xo, co from octets_layout of x.
+
+    Args:
+        x: [K] the activation row (for the blocks after the last whole octet).
+        xp: [octets, 3, 4, 64] int8, xo: [octets, octet_xo], co: [octets, 2, 8] (Q4_0) from
+            octets_layout.
+        w: the weights, rows of row_bytes bytes of GGUF blocks.
+        row_bytes: bytes per weight row.
+        y: [N] out.
+        n: the row.
+        K: values per row.
+        far: the two-distance prefetch (qgemv_rows.far_prefetch).
+    """
+    comptime assert qtype == "q4_0" or qtype == "q4_1", "octet rows decode Q4_0 and Q4_1"
+    comptime bb = block_bytes[qtype]()
+    comptime XO = octet_xo[qtype]()
+    var row = w.unsafe_offset(n * row_bytes)
+    var acc = SIMD[F32, 8](0)
+    var acc_m = SIMD[F32, 8](0)
+    var w_lo = Array[SIMD[DType.uint8, 32], 4](fill=SIMD[DType.uint8, 32](0))
+    var w_hi = Array[SIMD[DType.uint8, 32], 4](fill=SIMD[DType.uint8, 32](0))
+    var octets = K // OCTET_VALUES
+    for o in range(octets):
+        var blk = row.unsafe_offset(o * 8 * bb)
+        comptime for i in range(0, 8 * bb, 64):
+            prefetch_ahead(blk.unsafe_offset(i), far)
+        octet_nibbles[qtype](blk, w_lo, w_hi)
+        var xg = xp.unsafe_offset(o * OCTET_X_BYTES)
+        # ab: 254 dot(q, A) + dot(q, B), c: dot(q, C), per block (lane order octet_block).
+        var ab = octet_dot[PART_SCALE](w_lo, w_hi, xg) + octet_dot(w_lo, w_hi, xg.unsafe_offset(OCTET_PART_BYTES))
+        var c = octet_dot(w_lo, w_hi, xg.unsafe_offset(2 * OCTET_PART_BYTES))
+        comptime if qtype == "q4_0":
+            ab += co.unsafe_load[width=8](o * 16)
+            c += co.unsafe_load[width=8](o * 16 + 8)
+        var xs = xo.unsafe_offset(o * XO)
+        var t = c.cast[F32]().fma(xs.unsafe_load[width=8](8), ab.cast[F32]() * xs.unsafe_load[width=8](0))
+        var dm = octet_scales[qtype](blk)
+        acc = t.fma(dm[0], acc)
+        comptime if qtype == "q4_1":
+            acc_m = dm[1].fma(xs.unsafe_load[width=8](16), acc_m)
+    # Blocks after the last whole octet.
+    var tail = SIMD[F32, 16](0)
+    for b in range(octets * 8, K // QBLOCK):
+        var v = decode_block[qtype](row.unsafe_offset(b * bb))
+        tail = v[1].fma(x.unsafe_load[width=16](b * QBLOCK + 16), v[0].fma(x.unsafe_load[width=16](b * QBLOCK), tail))
+    y[unsafe_offset=n] = (acc + acc_m).reduce_add() + tail.reduce_add()
