@@ -17,8 +17,22 @@
 #   - t = AB s / 254 + C s / 254^2 per lane (one multiply, one FMA), then acc += d t; Q4_1's m term is
 #     one FMA with x's block sums per octet.
 # Accuracy: as qgemv_groups.mojo (x held to about 2^-24 of its block's max|x|; the products and sums up
-# to AB and C exact, then three fp32 roundings per block).
+# to AB and C exact, then three fp32 roundings per block). Conformance grid, M = 1, largest ratio of the
+# error to the fp32 dot bound, qgemv_rows -> these rows: K = 576 Q4_0 0.027 -> 0.012, Q4_1 0.021 ->
+# 0.016; K = N = 4096 0.009 -> 0.002, 0.0055 -> 0.0055; special-x (a block mixing 1e4 and 1e-3) Q4_0
+# 0.09 -> 0.07, Q4_1 0.10 -> 0.33 (small values beside a large one carry its 2^-24 error).
 # Blocks after the last whole octet (K = 576: 2 of 18) take decode_block.
+#
+# Measured on AMD Zen 3 (EPYC, 2 vCPUs), qgemv_rows -> these rows:
+#   - one core, cache-resident (benchmarks/profile_qmatmul.mojo, "f32 octet rows", 128 x 4096), quiet
+#     runs: Q4_0 2.07-2.09 -> 1.39-1.40 ns per block, Q4_1 1.97-2.00 -> 1.45-1.46 (the int8 rows, act =
+#     "q8": 0.75 / 0.83);
+#   - in a graph, chains of copies from DRAM, interleaved rounds, medians per op: K = N = 4096 Q4_0
+#     795.8 -> 552.0 us, Q4_1 1076.4 -> 880.0 (faster in 8 of 8 rounds each); 576 x 1536 Q4_0 77.0 ->
+#     59.9, Q4_1 71.8 -> 61.8 (6 of 6); 1536 x 576 Q4_0 101.2 -> 91.5, Q4_1 66.4 -> 61.2 (5 of 6).
+#   - tried: the 8 headers packed in general registers instead of 8 vpinsrw (the accumulator then
+#     spilled: 1.39 -> 1.55 ns per block); per pair vpmaddwd (A times 254 plus B) and two vphaddd levels
+#     in int32 instead of octet_dot's vphaddw levels per part (the same within the noise).
 
 from .common import BytePtr, F32, Ptr
 from .qdot_int8 import OCTETS, PAIR, I8Ptr, octet_block, octet_dot, octet_nibbles, octet_scales
