@@ -37,130 +37,188 @@ from .quant import QBLOCK, block_bytes
 comptime QGEMV_MAX_M = 32
 
 
-def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
-    y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, N: Int, K: Int, ctx: DeviceContext
+def _for_rows[R: Int, RowFn: def(Int, Int, Bool) -> None](
+    row: RowFn, N: Int, row_bytes: Int, ctx: DeviceContext
 ) raises:
-    # One weight row at a time for M = 1: streaming R rows side by side measured half the bandwidth
-    # (R = 4: 11 GB/s per core from DRAM vs 21 GB/s for R = 1; the hardware prefetcher follows one
-    # stream per core far better). For M > 1 the float path is compute-bound and R = 2 reuses each x
-    # load (8 rows: 9.4 ms -> 7.3 ms for SmolLM2's 120 projections); the int8 path measured no gain.
-    comptime R = 1 if MROWS == 1 or act == "q8" else 2
-    comptime int8_act = act == "q8"
+    """Calls row(n, r, far) for weight rows [n, n + r) covering [0, N): r = R, then single rows at each task's end.
+
+    One task under 64 KB of weights (the hand-off costs more than it saves), else two per core, in
+    runs of whole R-row steps. far: whether a task streams enough bytes for the far prefetch.
+    """
     var tasks = 1 if N * row_bytes < 65536 else cpu_threads() * 2
     var per = ceil_div(ceil_div(N, tasks), R) * R
     var far = far_prefetch(per * row_bytes)
-    var nb = K // QBLOCK
-    # Float path: block sums of the (first) x row, for the Q4 decode path's offset term.
-    # Int8 path: x quantized per block (qdot_int8.mojo), once per call, shared by all tasks.
-    var xsum = scratch[F32](nb)
-    var qx = rebind[I8Ptr](scratch[DType.int8](MROWS * K if int8_act else 1))
-    var dx = scratch[F32](MROWS * nb if int8_act else 1)
-    var sx = scratch[F32](MROWS * nb if int8_act else 1)
-    # Batch-1 Q4 rows with int8 x: block pairs (qdot_int8.mojo), x rearranged once per call.
-    comptime pairs = int8_act and MROWS == 1 and (qtype == "q4_0" or qtype == "q4_1")
-    var qx2 = rebind[I8Ptr](scratch[DType.int8](K if pairs else 1))
-    var xs2 = scratch[F32]((nb // 2) * 4 if pairs and qtype == "q4_1" else 1)
-    var cx2 = scratch[DType.int32]((nb // 2) * PAIR_LANES if pairs and qtype == "q4_0" else 1)
-    comptime octets = pairs and OCTETS
-    # Batch-1 Q4 rows with float x on AVX-512: groups of 4 blocks (qgemv_groups.mojo), x laid out once.
-    comptime groups = GROUPS_F32 and not int8_act and MROWS == 1 and (qtype == "q4_0" or qtype == "q4_1")
-    var ng = K // GROUP_VALUES
-    var gxp = scratch[F32](ng * GROUP_X * LANES if groups else 1)
-    var gxc = scratch[F32](ng * group_xc[qtype]() * LANES if groups else 1)
-    # Q4_1 only: per-lane x sums for its m term (the block sums go to xsum).
-    var gxs = scratch[F32](ng * LANES if groups and qtype == "q4_1" else 1)
-    # Batch-1 Q4 rows with float x on AVX2 without VNNI: octets of 8 blocks (qgemv_octets.mojo).
-    comptime f32_octets = OCTETS_F32 and not int8_act and MROWS == 1 and (qtype == "q4_0" or qtype == "q4_1")
-    var no = K // OCTET_VALUES
-    var oxp = rebind[I8Ptr](scratch[DType.int8](no * OCTET_X_BYTES if f32_octets else 1))
-    var oxo = scratch[F32](no * octet_xo[qtype]() if f32_octets else 1)
-    var oco = scratch[DType.int32](no * 16 if f32_octets and qtype == "q4_0" else 1)
-    var xo = scratch[F32]((nb // 8) * octet_floats[qtype]() if octets else 1)
-    var co = scratch[DType.int32]((nb // 8) * 8 if octets and qtype == "q4_0" else 1)
-    # Batched int8 x, 3 to 8 rows: two x rows per dot product (row_pair_layout_q8). AMD Zen 3 (AVX2),
-    # 4096 x 4096, 8 rows: Q4_1 4.10 -> 2.41 ms, Q8_0 5.26 -> 3.63 ms; at 2 rows the one-row form with
-    # two accumulator sets was as fast (Q4_1 1.00 vs 0.96 ms) or faster (Q8_0 1.52 vs 1.68 ms).
-    comptime mpairs = int8_act and MROWS > 2
-    comptime MP = (MROWS + 1) // 2
-    var qxp = rebind[I8Ptr](scratch[DType.int8](nb * MP * PAIR if mpairs else 1))
-    var dxp = scratch[F32](nb * MP * 16 if mpairs else 1)
-    var sxp = scratch[F32](nb * 8 if mpairs else 1)
-    comptime if int8_act:
-        quantize_rows_q8(x, MROWS, K, qx, dx, sx)
-        comptime if pairs:
-            # With octets only the pairs after the last whole octet read xs2 / cx2.
-            pair_layout_q8[qtype](qx, dx, sx, nb, qx2, xs2, cx2, (nb // 8) * 4 if octets else 0)
-        comptime if octets:
-            octet_layout_q8[qtype](qx, dx, sx, nb, xo, co)
-        comptime if mpairs:
-            row_pair_layout_q8(qx, dx, sx, MROWS, nb, qxp, dxp, sxp)
-    elif groups:
-        groups_layout[qtype](x, K, gxp, gxc, gxs, xsum)
-    elif f32_octets:
-        octets_layout[qtype](x, K, oxp, oxo, oco)
-    else:
-        block_sums(x, nb, xsum)
 
-    def task(t: Int) {var y, var x, var xsum, var qx, var dx, var sx, var qx2, var xs2, var cx2, var xo, var co, var qxp,
-                      var dxp, var sxp, var gxp, var gxc, var gxs, var oxp, var oxo, var oco, var w, var row_bytes,
-                      var N, var K, var per, var far}:
+    def task(t: Int) {imm row, var per, var far, var N}:
         var n = t * per
         var end = min(N, n + per)
-        comptime if groups:
-            while n < end:
-                qgemv_row_groups[qtype](x, gxp, gxc, gxs, xsum, w, row_bytes, y, n, K, far)
-                n += 1
-            return
-        comptime if f32_octets:
-            while n < end:
-                qgemv_row_octets[qtype](x, oxp, oxo, oco, w, row_bytes, y, n, K, far)
-                n += 1
-            return
-        comptime if mpairs:
-            while n < end:
-                qgemv_row_q8_mpairs[MROWS, qtype](qxp, dxp, sxp, w, row_bytes, y, n, N, K, far)
-                n += 1
-            return
-        comptime if pairs:
-            while n < end:
-                qgemv_row_q8_pairs[qtype](qx2, xs2, cx2, xo, co, qx, dx, sx, w, row_bytes, y, n, K, far)
-                n += 1
-            return
         while n + R <= end:
-            comptime if int8_act:
-                qgemv_rows_q8[MROWS, R, qtype](qx, dx, sx, w, row_bytes, y, n, N, K, far)
-            else:
-                qgemv_rows[MROWS, R, qtype](x, xsum, w, row_bytes, y, n, N, K, far)
+            row(n, R, far)
             n += R
         while n < end:
-            comptime if int8_act:
-                qgemv_rows_q8[MROWS, 1, qtype](qx, dx, sx, w, row_bytes, y, n, N, K, far)
-            else:
-                qgemv_rows[MROWS, 1, qtype](x, xsum, w, row_bytes, y, n, N, K, far)
+            row(n, 1, far)
             n += 1
 
     if tasks == 1:
         task(0)
     else:
         parallel_for(task, tasks, ctx)
+
+
+def _rows_f32[MROWS: Int, qtype: StaticString](
+    y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, N: Int, K: Int, ctx: DeviceContext
+) raises:
+    # Float x, every qtype and M (qgemv_rows.mojo). One weight row at a time for M = 1: streaming R
+    # rows side by side measured half the bandwidth (R = 4: 11 GB/s per core from DRAM vs 21 GB/s
+    # for R = 1; the hardware prefetcher follows one stream per core far better). For M > 1 the
+    # path is compute-bound and R = 2 reuses each x load (8 rows: 9.4 ms -> 7.3 ms for SmolLM2's
+    # 120 projections).
+    comptime R = 1 if MROWS == 1 else 2
+    var xsum = scratch[F32](K // QBLOCK)  # block sums of the first x row: the Q4 offset term
+    block_sums(x, K // QBLOCK, xsum)
+
+    def row(n: Int, r: Int, far: Bool) {var y, var x, var xsum, var w, var row_bytes, var N, var K}:
+        if r == R:
+            qgemv_rows[MROWS, R, qtype](x, xsum, w, row_bytes, y, n, N, K, far)
+        else:
+            qgemv_rows[MROWS, 1, qtype](x, xsum, w, row_bytes, y, n, N, K, far)
+
+    _for_rows[R](row, N, row_bytes, ctx)
     xsum.unsafe_free()
-    qx.unsafe_free()
-    dx.unsafe_free()
-    sx.unsafe_free()
+
+
+def _groups_f32[qtype: StaticString](
+    y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, N: Int, K: Int, ctx: DeviceContext
+) raises:
+    # Float x, M = 1, Q4 on AVX-512: groups of 4 blocks in integers (qgemv_groups.mojo), x laid out once.
+    var ng = K // GROUP_VALUES
+    var xp = scratch[F32](ng * GROUP_X * LANES)
+    var xc = scratch[F32](ng * group_xc[qtype]() * LANES)
+    var xs = scratch[F32](ng * LANES if qtype == "q4_1" else 1)  # Q4_1's per-lane x sums (its m term)
+    var xb = scratch[F32](K // QBLOCK)                             # block sums
+    groups_layout[qtype](x, K, xp, xc, xs, xb)
+
+    def row(n: Int, r: Int, far: Bool) {var y, var x, var xp, var xc, var xs, var xb, var w, var row_bytes, var K}:
+        qgemv_row_groups[qtype](x, xp, xc, xs, xb, w, row_bytes, y, n, K, far)
+
+    _for_rows[1](row, N, row_bytes, ctx)
+    xp.unsafe_free()
+    xc.unsafe_free()
+    xs.unsafe_free()
+    xb.unsafe_free()
+
+
+def _octets_f32[qtype: StaticString](
+    y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, N: Int, K: Int, ctx: DeviceContext
+) raises:
+    # Float x, M = 1, Q4 on AVX2 without VNNI: octets of 8 blocks in integers (qgemv_octets.mojo).
+    var no = K // OCTET_VALUES
+    var xp = rebind[I8Ptr](scratch[DType.int8](no * OCTET_X_BYTES))
+    var xo = scratch[F32](no * octet_xo[qtype]())
+    var co = scratch[DType.int32](no * 16 if qtype == "q4_0" else 1)  # Q4_0's -8 offsets
+    octets_layout[qtype](x, K, xp, xo, co)
+
+    def row(n: Int, r: Int, far: Bool) {var y, var x, var xp, var xo, var co, var w, var row_bytes, var K}:
+        qgemv_row_octets[qtype](x, xp, xo, co, w, row_bytes, y, n, K, far)
+
+    _for_rows[1](row, N, row_bytes, ctx)
+    xp.unsafe_free()
+    xo.unsafe_free()
+    co.unsafe_free()
+
+
+def _q8_pairs[qtype: StaticString](
+    y: Ptr[F32], qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], w: BytePtr, row_bytes: Int, N: Int, K: Int,
+    ctx: DeviceContext,
+) raises:
+    # Int8 x, M = 1, Q4: block pairs (qdot_int8.mojo), and octets of 8 blocks where OCTETS; x
+    # rearranged once per call. With octets only the pairs after the last whole octet read xs2 / cx2.
+    var nb = K // QBLOCK
+    var qx2 = rebind[I8Ptr](scratch[DType.int8](K))
+    var xs2 = scratch[F32]((nb // 2) * 4 if qtype == "q4_1" else 1)
+    var cx2 = scratch[DType.int32]((nb // 2) * PAIR_LANES if qtype == "q4_0" else 1)
+    var xo = scratch[F32]((nb // 8) * octet_floats[qtype]() if OCTETS else 1)
+    var co = scratch[DType.int32]((nb // 8) * 8 if OCTETS and qtype == "q4_0" else 1)
+    pair_layout_q8[qtype](qx, dx, sx, nb, qx2, xs2, cx2, (nb // 8) * 4 if OCTETS else 0)
+    comptime if OCTETS:
+        octet_layout_q8[qtype](qx, dx, sx, nb, xo, co)
+
+    def row(n: Int, r: Int, far: Bool) {var y, var qx, var dx, var sx, var qx2, var xs2, var cx2, var xo, var co,
+                                        var w, var row_bytes, var K}:
+        qgemv_row_q8_pairs[qtype](qx2, xs2, cx2, xo, co, qx, dx, sx, w, row_bytes, y, n, K, far)
+
+    _for_rows[1](row, N, row_bytes, ctx)
     qx2.unsafe_free()
     xs2.unsafe_free()
     cx2.unsafe_free()
     xo.unsafe_free()
     co.unsafe_free()
+
+
+def _q8_mpairs[MROWS: Int, qtype: StaticString](
+    y: Ptr[F32], qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], w: BytePtr, row_bytes: Int, N: Int, K: Int,
+    ctx: DeviceContext,
+) raises:
+    # Int8 x, 3 to 8 rows: two x rows per dot product (row_pair_layout_q8). AMD Zen 3 (AVX2),
+    # 4096 x 4096, 8 rows: Q4_1 4.10 -> 2.41 ms, Q8_0 5.26 -> 3.63 ms; at 2 rows the one-row form with
+    # two accumulator sets was as fast (Q4_1 1.00 vs 0.96 ms) or faster (Q8_0 1.52 vs 1.68 ms).
+    comptime MP = (MROWS + 1) // 2
+    var nb = K // QBLOCK
+    var qxp = rebind[I8Ptr](scratch[DType.int8](nb * MP * PAIR))
+    var dxp = scratch[F32](nb * MP * 16)
+    var sxp = scratch[F32](nb * 8)
+    row_pair_layout_q8(qx, dx, sx, MROWS, nb, qxp, dxp, sxp)
+
+    def row(n: Int, r: Int, far: Bool) {var y, var qxp, var dxp, var sxp, var w, var row_bytes, var N, var K}:
+        qgemv_row_q8_mpairs[MROWS, qtype](qxp, dxp, sxp, w, row_bytes, y, n, N, K, far)
+
+    _for_rows[1](row, N, row_bytes, ctx)
     qxp.unsafe_free()
     dxp.unsafe_free()
     sxp.unsafe_free()
-    gxp.unsafe_free()
-    gxc.unsafe_free()
-    gxs.unsafe_free()
-    oxp.unsafe_free()
-    oxo.unsafe_free()
-    oco.unsafe_free()
+
+
+def _rows_q8[MROWS: Int, qtype: StaticString](
+    y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, N: Int, K: Int, ctx: DeviceContext
+) raises:
+    # Int8 x (act = "q8"): x quantized per block once per call (qdot_int8.mojo), shared by all tasks,
+    # then the layout of the M = 1 Q4 pairs, of 3+ rows, or the plain int8 rows (one weight row at a
+    # time: two rows side by side measured no gain on this path).
+    comptime q4 = qtype == "q4_0" or qtype == "q4_1"
+    var nb = K // QBLOCK
+    var qx = rebind[I8Ptr](scratch[DType.int8](MROWS * K))
+    var dx = scratch[F32](MROWS * nb)
+    var sx = scratch[F32](MROWS * nb)
+    quantize_rows_q8(x, MROWS, K, qx, dx, sx)
+    comptime if MROWS == 1 and q4:
+        _q8_pairs[qtype](y, qx, dx, sx, w, row_bytes, N, K, ctx)
+    elif MROWS > 2:
+        _q8_mpairs[MROWS, qtype](y, qx, dx, sx, w, row_bytes, N, K, ctx)
+    else:
+
+        def row(n: Int, r: Int, far: Bool) {var y, var qx, var dx, var sx, var w, var row_bytes, var N, var K}:
+            qgemv_rows_q8[MROWS, 1, qtype](qx, dx, sx, w, row_bytes, y, n, N, K, far)
+
+        _for_rows[1](row, N, row_bytes, ctx)
+    qx.unsafe_free()
+    dx.unsafe_free()
+    sx.unsafe_free()
+
+
+def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
+    y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, N: Int, K: Int, ctx: DeviceContext
+) raises:
+    # y[MROWS, N] = x[MROWS, K] @ dequant(w)^T, on the path the activation form, M, qtype and host take.
+    # Each path allocates only its own scratch.
+    comptime q4_row = MROWS == 1 and (qtype == "q4_0" or qtype == "q4_1")
+    comptime if act == "q8":
+        _rows_q8[MROWS, qtype](y, x, w, row_bytes, N, K, ctx)
+    elif q4_row and GROUPS_F32:
+        _groups_f32[qtype](y, x, w, row_bytes, N, K, ctx)
+    elif q4_row and OCTETS_F32:
+        _octets_f32[qtype](y, x, w, row_bytes, N, K, ctx)
+    else:
+        _rows_f32[MROWS, qtype](y, x, w, row_bytes, N, K, ctx)
 
 
 def qmatmul_cpu[qtype: StaticString, act: StaticString](
