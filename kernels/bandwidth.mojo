@@ -27,6 +27,42 @@ def _sum_kernel(result: Ptr[F32], x: Ptr[F32], n: Int64):
         _ = Atomic.fetch_add(result, total)
 
 
+def read_sum_cpu(xp: Ptr[F32], n: Int, ctx: DeviceContext) raises -> Float32:
+    """Sums x[0 .. n) on all cores with plain vector loads (also timed by benchmarks/profile_attention.mojo)."""
+    # Chunks of 1M floats (4 MB, long sequential streams) handed out dynamically: with one fixed
+    # half per core, a core that started late or was preempted set the time, and the probe
+    # read 41-64 GB/s in runs where the fp32 GEMV read 73 GB/s.
+    var tasks = max(1, ceil_div(n, 1 << 20))
+    var per = ceil_div(ceil_div(n, tasks), 4 * FW) * 4 * FW
+    var partial = scratch[F32](tasks)
+
+    def work(t: Int) {var xp, var partial, var per, var n}:
+        var a0 = SIMD[F32, FW](0)
+        var a1 = SIMD[F32, FW](0)
+        var a2 = SIMD[F32, FW](0)
+        var a3 = SIMD[F32, FW](0)
+        var i = t * per
+        var end = min(n, i + per)
+        while i + 4 * FW <= end:
+            a0 += xp.unsafe_load[width=FW](i)
+            a1 += xp.unsafe_load[width=FW](i + FW)
+            a2 += xp.unsafe_load[width=FW](i + 2 * FW)
+            a3 += xp.unsafe_load[width=FW](i + 3 * FW)
+            i += 4 * FW
+        var s = (a0 + a1 + a2 + a3).reduce_add()
+        while i < end:
+            s += xp[unsafe_offset=i]
+            i += 1
+        partial[unsafe_offset=t] = s
+
+    parallel_for(work, tasks, ctx)
+    var total = Float32(0)
+    for t in range(tasks):
+        total += partial[unsafe_offset=t]
+    partial.unsafe_free()
+    return total
+
+
 @extensibility.register("crucible.read_bandwidth")
 struct ReadBandwidth:
     @staticmethod
@@ -39,38 +75,7 @@ struct ReadBandwidth:
         var xp = rebind[Ptr[F32]](x.unsafe_ptr())
         var op = rebind[Ptr[F32]](result.unsafe_ptr())
         comptime if target == "cpu":
-            # Chunks of 1M floats (4 MB, long sequential streams) handed out dynamically: with one fixed
-            # half per core, a core that started late or was preempted set the time, and the probe
-            # read 41-64 GB/s in runs where the fp32 GEMV read 73 GB/s.
-            var tasks = max(1, ceil_div(n, 1 << 20))
-            var per = ceil_div(ceil_div(n, tasks), 4 * FW) * 4 * FW
-            var partial = scratch[F32](tasks)
-
-            def work(t: Int) {var xp, var partial, var per, var n}:
-                var a0 = SIMD[F32, FW](0)
-                var a1 = SIMD[F32, FW](0)
-                var a2 = SIMD[F32, FW](0)
-                var a3 = SIMD[F32, FW](0)
-                var i = t * per
-                var end = min(n, i + per)
-                while i + 4 * FW <= end:
-                    a0 += xp.unsafe_load[width=FW](i)
-                    a1 += xp.unsafe_load[width=FW](i + FW)
-                    a2 += xp.unsafe_load[width=FW](i + 2 * FW)
-                    a3 += xp.unsafe_load[width=FW](i + 3 * FW)
-                    i += 4 * FW
-                var s = (a0 + a1 + a2 + a3).reduce_add()
-                while i < end:
-                    s += xp[unsafe_offset=i]
-                    i += 1
-                partial[unsafe_offset=t] = s
-
-            parallel_for(work, tasks, ctx)
-            var total = Float32(0)
-            for t in range(tasks):
-                total += partial[unsafe_offset=t]
-            op[unsafe_offset=0] = total
-            partial.unsafe_free()
+            op[unsafe_offset=0] = read_sum_cpu(xp, n, ctx)
         else:
             ctx.enqueue_memset(DeviceBuffer[F32](ctx, op, 1, owning=False), 0)
             ctx.enqueue_function[_sum_kernel](op, xp, Int64(n), grid_dim=ceil_div(n, 65536), block_dim=1024)

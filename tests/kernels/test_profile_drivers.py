@@ -28,11 +28,16 @@ def test_profile_attention_builds_and_times_a_decode_call_and_the_block_kernel(t
     # 9/3 heads over 300 keys (across a page boundary), 3 timed calls.
     run = subprocess.run([str(exe), "9", "3", "299", "3"], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-4000:]
-    m = re.search(r"Hq 9 Hkv 3 D 128 keys 300 : ([0-9.]+) us per call, ([0-9.]+) GB/s", run.stdout)
+    m = re.search(r"Hq 9 Hkv 3 D 128 keys 300 : ([0-9.]+) us per call, ([0-9.]+) GB/s of K/V, ([0-9.]+) % of the"
+                  r" read probe's best ([0-9.]+) GB/s", run.stdout)
     assert m, run.stdout
-    assert float(m.group(1)) > 0 and float(m.group(2)) > 0
-    block = re.search(r"block kernel, one core, cache-resident, Hq 9 Hkv 3 D 128 keys \d+ : ([0-9.e-]+) ns", run.stdout)
-    assert block and float(block.group(1)) > 0, run.stdout
+    us, gbps, pct, probe = (float(g) for g in m.groups())
+    assert us > 0 and gbps > 0 and probe > 0
+    assert abs(pct - 100 * gbps / probe) < 0.01 * pct + 1e-6, run.stdout
+    for walk, keys in (("cache-resident", r"\d+"), ("all keys in turn", "304")):  # 300 keys in windows of 16
+        block = re.search(r"block kernel, one core, " + walk + r", Hq 9 Hkv 3 D 128 keys " + keys
+                          + r" in windows of \d+ : ([0-9.e-]+) ns", run.stdout)
+        assert block and float(block.group(1)) > 0, run.stdout
 
 
 def test_profile_qmatmul_builds_and_times_both_q4_formats(tmp_path: Path) -> None:
