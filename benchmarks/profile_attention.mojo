@@ -6,7 +6,7 @@
 #   /tmp/profile_attention [Hq Hkv cached_keys iterations]       (default: 32 8 4095 1000, D = 128)
 #   perf record -o /tmp/perf.data /tmp/profile_attention && perf annotate -i /tmp/perf.data --stdio
 #
-# Two numbers:
+# What it prints:
 #   whole op: K/V sit in a MAX-layout paged cache [pages, 2, 1 layer, 128 slots, Hkv, 128] with a
 #     shuffled page table; one sequence decodes one token over `cached_keys` + 1 keys, on all cores.
 #   block kernel, one core: tile_block (attention_tile.mojo) over windows of SLOT_KEYS keys of every
@@ -107,6 +107,7 @@ def main() raises:
     for _ in range(5):
         attention_cpu[D](o, q, kv, offsets, cache_lens, True, 1, hq, hkv, ctx)
     # The whole op in 5 runs of iters / 5 calls, each followed by a read probe on 256 MB (best rate).
+    var per_run = max(1, iters // 5)
     var probe_n = 1 << 26
     var probe = scratch[F32](probe_n)
     for i in range(probe_n):
@@ -116,14 +117,14 @@ def main() raises:
     var sink = Float32(0)
     for _ in range(5):
         var t0 = perf_counter_ns()
-        for _ in range(max(1, iters // 5)):
+        for _ in range(per_run):
             attention_cpu[D](o, q, kv, offsets, cache_lens, True, 1, hq, hkv, ctx)
         var t1 = perf_counter_ns()
         sink += read_sum_cpu(probe, probe_n, ctx)
         var t2 = perf_counter_ns()
         total_ns += Int(t1 - t0)
         probe_gbps = max(probe_gbps, Float64(probe_n * 4) / Float64(t2 - t1))
-    var us = Float64(total_ns) / Float64(5 * max(1, iters // 5)) / 1000.0
+    var us = Float64(total_ns) / Float64(5 * per_run) / 1000.0
     var kv_bytes = Float64(2 * keys * hkv * D * 4)
     var gbps = kv_bytes / us / 1000.0
     print("decode attention, Hq", hq, "Hkv", hkv, "D", D, "keys", keys, ":", us, "us per call,", gbps,

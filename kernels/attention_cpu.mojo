@@ -21,7 +21,7 @@
 # slots measured 3-7% slower (merge pass), not kept.
 # Zen 3 (2026-12-03), 32/8 heads, 4096 keys: one core reads this op's K/V at ~8.5 GB/s against 19 GB/s
 # for a plain sequential read and ~20 GB/s of compute alone (block kernel 51 ns per key and kv head
-# in cache, 115-135 from DRAM): reading and computing take turns. A stream prefetch of the next
+# in cache, 114-145 from DRAM): reading and computing take turns. A stream prefetch of the next
 # window's K and V, two lines per chunk of the score loop into L2, made the one-core block kernel
 # from DRAM 27% faster (12 of 12 interleaved rounds, also with two processes at once) but the op in
 # a graph 16-24% slower (0 of 20 rounds faster), with both cores at ~170 ns per key and kv head
