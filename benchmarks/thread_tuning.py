@@ -5,7 +5,10 @@ without CAP_SYS_NICE cannot take that back, so each configuration runs in its ow
 the children alternate (untuned, tuned, untuned, ...) so slow drifts of a shared machine hit both alike.
 Each child loads the model, warms up, then runs `steps` greedy decode steps after a prompt of
 `context` tokens, `sessions` times (graphs.generate.greedy_generate), and prints one JSON line: the
-prefill times and every decode step's time, measured around the whole step (KV inputs, execute, argmax).
+prefill times and every decode step's time, measured around the whole step (KV inputs, execute, argmax),
+and the part of each step spent in the graph execution alone; the rest is host work (the report's
+"host" column: MAX's KV cache inputs, the step's token arrays, argmax), which thread priorities and
+kernels do not touch.
 """
 
 from __future__ import annotations
@@ -53,20 +56,24 @@ def child(cfg: ThreadBenchConfig, tuned: bool) -> dict[str, object]:
     ids = ((np.arange(cfg.context, dtype=np.int64) * 7919 + 1000) % model.config.vocab_size).tolist()
     prefills: list[float] = []
     steps: list[float] = []
+    executes: list[float] = []
     for session in range(cfg.sessions + 1):  # session 0 warms up (first executions allocate)
         times: list[float] = []
+        exec_times: list[float] = []
         start = time.perf_counter()
-        greedy_generate(model, [ids], cfg.steps + 1, step_times=times)
+        greedy_generate(model, [ids], cfg.steps + 1, step_times=times, execute_times=exec_times)
         if session > 0:
             prefills.append(times[0] - start)
             steps.extend(np.diff(times).tolist())
+            executes.extend(exec_times[1:])  # entry 0 is the prefill's
     return {"config": "tuned" if tuned else "untuned", "cpu_threads": model.provenance["cpu_threads"],
-            "prefill_s": prefills, "step_s": steps}
+            "prefill_s": prefills, "step_s": steps, "execute_s": executes}
 
 
 def run_thread_bench(cfg: ThreadBenchConfig, log=print) -> dict[str, dict[str, object]]:
     """Alternates child processes of both configurations; returns per-configuration summaries."""
-    samples: dict[str, dict[str, list]] = {c: {"prefill_s": [], "step_s": [], "cpu_threads": []} for c in CONFIGS}
+    samples: dict[str, dict[str, list]] = {c: {"prefill_s": [], "step_s": [], "execute_s": [], "cpu_threads": []}
+                                           for c in CONFIGS}
     for r in range(cfg.rounds):
         for config in CONFIGS:
             log(f"round {r + 1}/{cfg.rounds}: {config} ...")
@@ -78,15 +85,34 @@ def run_thread_bench(cfg: ThreadBenchConfig, log=print) -> dict[str, dict[str, o
             out = json.loads(proc.stdout.strip().splitlines()[-1])
             samples[config]["prefill_s"] += out["prefill_s"]
             samples[config]["step_s"] += out["step_s"]
+            samples[config]["execute_s"] += out["execute_s"]
             samples[config]["cpu_threads"].append(out["cpu_threads"])
             log(f"  mean step {np.mean(out['step_s']) * 1e3:.2f} ms ({out['cpu_threads']})")
+    return summarize(samples)
+
+
+def summarize(samples: dict[str, dict[str, list]]) -> dict[str, dict[str, object]]:
+    """Per-configuration step statistics (ms) from the children's raw seconds.
+
+    Args:
+        samples: config -> {"prefill_s", "step_s", "execute_s": [seconds], "cpu_threads": [str]}; step_s
+            and execute_s hold the same steps in the same order.
+
+    Returns:
+        config -> decode tok/s, step mean / median / p90 / p99, the median of the graph execution and
+        of the host work per step (step minus its execution), prefill median, thread settings.
+    """
     summary = {}
     for config, s in samples.items():
         steps = np.asarray(s["step_s"]) * 1e3
+        executes = np.asarray(s["execute_s"]) * 1e3
+        if executes.shape != steps.shape:
+            raise ValueError(f"{config}: {executes.size} execute times for {steps.size} steps")
         summary[config] = {
             "decode_tok_s": float(1e3 / steps.mean()), "step_ms_mean": float(steps.mean()),
             "step_ms_median": float(np.median(steps)), "step_ms_p90": float(np.percentile(steps, 90)),
             "step_ms_p99": float(np.percentile(steps, 99)), "steps": int(steps.size),
+            "execute_ms_median": float(np.median(executes)), "host_ms_median": float(np.median(steps - executes)),
             "prefill_ms_median": float(np.median(s["prefill_s"]) * 1e3), "cpu_threads": sorted(set(s["cpu_threads"])),
         }
     return summary
@@ -95,10 +121,13 @@ def run_thread_bench(cfg: ThreadBenchConfig, log=print) -> dict[str, dict[str, o
 def format_summary(cfg: ThreadBenchConfig, summary: dict[str, dict[str, object]]) -> str:
     lines = [f"{cfg.model}, batch 1, {cfg.context}-token prompt then {cfg.steps} decode steps x {cfg.sessions} "
              f"sessions x {cfg.rounds} alternating processes per configuration; step = KV inputs + execute + argmax",
-             f"{'config':<10}{'decode tok/s':>14}{'mean ms':>10}{'median':>9}{'p90':>8}{'p99':>8}{'prefill ms':>12}  threads"]
+             "execute, host: medians per step of the graph execution and of the rest (KV inputs, token arrays, argmax)",
+             f"{'config':<10}{'decode tok/s':>14}{'mean ms':>10}{'median':>9}{'p90':>8}{'p99':>8}{'execute':>9}{'host':>7}"
+             f"{'prefill ms':>12}  threads"]
     for config, s in summary.items():
         lines.append(f"{config:<10}{s['decode_tok_s']:>14.1f}{s['step_ms_mean']:>10.2f}{s['step_ms_median']:>9.2f}"
-                     f"{s['step_ms_p90']:>8.2f}{s['step_ms_p99']:>8.2f}{s['prefill_ms_median']:>12.1f}  "
+                     f"{s['step_ms_p90']:>8.2f}{s['step_ms_p99']:>8.2f}{s['execute_ms_median']:>9.2f}"
+                     f"{s['host_ms_median']:>7.2f}{s['prefill_ms_median']:>12.1f}  "
                      f"{', '.join(s['cpu_threads'])}")
     ratio = summary["tuned"]["decode_tok_s"] / summary["untuned"]["decode_tok_s"]
     lines.append(f"tuned / untuned decode tok/s: {ratio:.2f}x")

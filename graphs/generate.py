@@ -51,7 +51,8 @@ def new_kv_manager(model: CrucibleModel, max_batch_size: int, total_tokens: int)
 
 def greedy_generate(model: CrucibleModel, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                     stop_ids: Sequence[int] = (), prefill_chunks: Sequence[int] | None = None,
-                    step_times: list[float] | None = None) -> list[list[int]]:
+                    step_times: list[float] | None = None,
+                    execute_times: list[float] | None = None) -> list[list[int]]:
     """Generates greedily for a batch of prompts run together.
 
     Args:
@@ -63,6 +64,8 @@ def greedy_generate(model: CrucibleModel, prompts: Sequence[Sequence[int]], max_
             history); they must sum to its length.
         step_times: If given, time.perf_counter() is appended after each step's tokens are chosen
             (the first entry ends the prefill; the e2e benchmark reads them).
+        execute_times: If given, the seconds each step spent in the graph execution alone are appended
+            (one entry per step_times entry); the rest of a step is host work (KV inputs, argmax).
 
     Returns:
         The generated ids of each sequence.
@@ -88,7 +91,10 @@ def greedy_generate(model: CrucibleModel, prompts: Sequence[Sequence[int]], max_
                 manager.alloc(ctx)
             kv = tree.flatten(manager.runtime_inputs([batch_ctxs]))[0]
             step = make_step_batch([np.asarray(c.tokens.active, dtype=np.int64) for c in batch_ctxs])
+            t_exec = time.perf_counter()
             logits = model.execute(step.tokens, step.row_offsets, step.logit_rows, kv)
+            if execute_times is not None:
+                execute_times.append(time.perf_counter() - t_exec)
             still = []
             for row, i in enumerate(active):
                 tok = int(np.argmax(logits[row]))

@@ -21,6 +21,11 @@
 # A/B of two kernel builds, same inputs, bit-identical outputs). Key and value rows are addressed by
 # shift and mask (kv_layout.mojo), not two integer divisions per row: 1024 keys 178 -> 152 us; at
 # 4096 keys (~860 us, ~39 GB/s) no change.
+# Tried on Zen 3 (2026-12-04), not kept: writing a decode group's 4 scores per row with one 128-bit
+# store when none is masked, instead of 4 selects and scalar stores. One-core block kernel in cache
+# (profile_attention, both builds at once on the two cores, 6 swapped runs): 56-89 -> 52-80 ns per
+# key and kv head (faster in 5 of 6); in a graph (32/8 heads): 1024 keys 553 -> 567 us (faster in 2
+# of 10 rounds), 4096 keys 3167 -> 3098 and 2676 -> 2614 us (5 of 8, 6 of 8): inside the noise.
 
 from std.math import exp
 from std.sys import PrefetchOptions, prefetch

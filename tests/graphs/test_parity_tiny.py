@@ -37,8 +37,13 @@ def test_logits_match_transformers(tiny_crucible, tiny_reference, arch: str, for
 def test_greedy_matches_transformers(tiny_crucible, tiny_reference, arch: str) -> None:
     model, ref = tiny_crucible(arch, "Q4_1"), tiny_reference(arch, "Q4_1")
     ids = ref.chat_prompt_ids(PROMPT)
-    ours = greedy_generate(model, [ids], 24)[0]
+    steps: list[float] = []
+    executes: list[float] = []
+    ours = greedy_generate(model, [ids], 24, step_times=steps, execute_times=executes)[0]
     assert ours == ref.greedy(ids, 24).token_ids[: len(ours)]
+    # One execution time per step, each inside its step (the benchmarks subtract them).
+    assert len(executes) == len(steps) == len(ours)
+    assert all(0 < e <= s for e, s in zip(executes[1:], np.diff(steps)))
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
