@@ -70,6 +70,42 @@ comptime NEXT_WINDOW_PREFETCH = CompilationTarget._is_arch["znver4"]()
 comptime SLOT_KEYS = (32 if NEXT_WINDOW_PREFETCH else BK) if FW == 16 else 16
 
 
+# With fewer units of work than cores (batch-1 decode), keys are split below 512 keys too once the
+# longest sequence has this many K floats (all kv heads): 128 KB, ~25 us of one core's work against
+# the ~8 us a parallel op's hand-off costs.
+comptime SPLIT_MIN_FLOATS = 32768
+
+
+# Measured on Zen 3, 2 cores, chains of 30 ops in a graph, interleaved rounds, before -> after:
+#   - one sequence below 512 keys was one task on one core; now two once it holds
+#     SPLIT_MIN_FLOATS: 32/8 heads D = 128, 200 keys 164 -> 117 us per op (faster in 8 of 8
+#     rounds), 300 keys 174 -> 102 (8 of 8); 9/3 heads D = 64, 200 keys 22.9 -> 20.2 (7 of 8),
+#     350 keys 37.4 -> 26.8 (10 of 10).
+#   - 3 splits (513-768 keys) left one worker 2 tasks while the other had 1; now 2: 32/8 heads,
+#     700 keys 264 -> 221 us (8 of 8). 9/3 heads, 541 keys: mixed (faster in 10 of 14 rounds and
+#     4 of 8), and 4 splits measured slower there (0 of 12), so the rounding goes down.
+def key_splits(units: Int, workers: Int, max_ctx: Int, kv_row: Int) -> Int:
+    """Key ranges per unit of work (a sequence in slot order, else a tile), flash-decoding style.
+
+    Args:
+        units: Tasks before splitting.
+        workers: Cores the tasks share.
+        max_ctx: Keys of the longest sequence.
+        kv_row: K floats per key (Hkv * D).
+
+    Returns:
+        Splits per unit: enough for two tasks per worker when units are few, at most one per 256
+        keys, and a whole number of task rounds (units * splits a multiple of workers).
+    """
+    var idle_cores = units < workers and max_ctx * kv_row >= SPLIT_MIN_FLOATS
+    if units >= 2 * workers or (max_ctx < 512 and not idle_cores):
+        return 1
+    var splits = min(ceil_div(2 * workers, units), max(ceil_div(workers, units), ceil_div(max_ctx, 256)))
+    while splits > 1 and units * splits > workers and (units * splits) % workers != 0:
+        splits -= 1
+    return splits
+
+
 def attention_cpu[D: Int](
     o: Ptr[F32], q: Ptr[F32], kv: KVView[F32], offsets: Ptr[DType.uint32], cache_lens: Ptr[DType.uint32],
     has_cache: Bool, B: Int, Hq: Int, Hkv: Int, ctx: DeviceContext,
@@ -103,9 +139,7 @@ def attention_cpu[D: Int](
     # instead of one head's rows 4 KB apart.
     var slot_order = one_tile_per_head and Hkv > 1
     var units = n_seqs if slot_order else n_tiles  # what the key splits multiply
-    var splits = 1
-    if units < 2 * cpu_threads() and max_ctx >= 512:
-        splits = min(ceil_div(2 * cpu_threads(), units), ceil_div(max_ctx, 256))
+    var splits = key_splits(units, cpu_threads(), max_ctx, Hkv * D)
     var tile_b = scratch[DType.int64](n_tiles * 3)  # (b, g, first token) per tile
     var seq_b = scratch[DType.int64](2 * n_seqs)     # (b, first tile) per sequence with new tokens
     var i = 0

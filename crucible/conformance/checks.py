@@ -50,6 +50,8 @@ ATTENTION_CASES = (
     ((40, 3), (200, 129), 12, 4, 64),           # prefill with history
     ((1,), (4095,), 32, 8, 128),                # long-context decode (key splits on CPU)
     ((6, 2), (600, 0), 12, 4, 64),              # short prefill chunks: slot order with key splits on CPU
+    ((1,), (300,), 9, 3, 64),                   # short decode: 2 key splits below 512 keys on a 2-core CPU
+    ((1,), (600,), 32, 8, 128),                 # 3 key splits rounded down to a whole round of tasks
 )
 PAGE_SIZE = 128
 
