@@ -94,8 +94,9 @@ def key_splits(units: Int, workers: Int, max_ctx: Int, kv_row: Int) -> Int:
         kv_row: K floats per key (Hkv * D).
 
     Returns:
-        Splits per unit: enough for two tasks per worker when units are few, at most one per 256
-        keys, and a whole number of task rounds (units * splits a multiple of workers).
+        Splits per unit: up to two tasks per worker when units are few, no more than one split per
+        256 keys beyond one task per worker, and whole rounds of tasks (units * splits a multiple of
+        workers) once there are more tasks than workers.
     """
     var idle_cores = units < workers and max_ctx * kv_row >= SPLIT_MIN_FLOATS
     if units >= 2 * workers or (max_ctx < 512 and not idle_cores):
