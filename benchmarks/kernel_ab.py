@@ -15,7 +15,6 @@ Run it twice with the folders swapped: a build that is faster only in the second
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,25 +92,6 @@ def format_ab(cfg: ABConfig, hashes: tuple[str, str], summary: ABSummary) -> str
     return "\n".join(lines)
 
 
-def _load(model: str, kernels: Path):
-    # CrucibleModel takes its kernel package from kernel_package(), which honours the prebuilt-package
-    # variable: build this folder's package, point the variable at it for the model's load, restore it.
-    from crucible.kernel_build import PREBUILT_ENV, kernel_package
-    from graphs.model import CrucibleModel, ModelOptions
-
-    saved = os.environ.pop(PREBUILT_ENV, None)
-    kernel_package.cache_clear()
-    try:
-        os.environ[PREBUILT_ENV] = str(kernel_package(kernels.resolve()).path)
-        kernel_package.cache_clear()
-        return CrucibleModel(model, ModelOptions())
-    finally:
-        os.environ.pop(PREBUILT_ENV, None)
-        if saved is not None:
-            os.environ[PREBUILT_ENV] = saved
-        kernel_package.cache_clear()
-
-
 def run_ab(cfg: ABConfig, log=print) -> tuple[tuple[str, str], ABSummary]:
     """Loads both builds, checks they generate the same tokens, then alternates rounds.
 
@@ -121,12 +101,15 @@ def run_ab(cfg: ABConfig, log=print) -> tuple[tuple[str, str], ABSummary]:
     Raises:
         RuntimeError: The builds generate different tokens.
     """
+    from benchmarks.thread_tuning import synthetic_prompt
+    from crucible.kernel_build import kernel_package
     from graphs.generate import greedy_generate
+    from graphs.model import CrucibleModel, ModelOptions
 
-    models = [_load(cfg.model, k) for k in cfg.kernels]
+    models = [CrucibleModel(cfg.model, ModelOptions(), kernels=kernel_package(k.resolve())) for k in cfg.kernels]
     hashes = (models[0].kernels.content_hash, models[1].kernels.content_hash)
     log(f"loaded kernel builds {hashes[0]} (A) and {hashes[1]} (B)")
-    ids = ((np.arange(cfg.context, dtype=np.int64) * 7919 + 1000) % models[0].config.vocab_size).tolist()
+    ids = synthetic_prompt(cfg.context, models[0].config.vocab_size)
     tokens = [greedy_generate(m, [ids], 8) for m in models]
     if tokens[0] != tokens[1]:
         raise RuntimeError(f"the builds generate different tokens: {tokens[0]} vs {tokens[1]}")

@@ -47,13 +47,18 @@ class ThreadBenchConfig:
             raise ValueError("need context >= 1, steps >= 2, sessions >= 1 and rounds >= 1")
 
 
+def synthetic_prompt(context: int, vocab_size: int) -> list[int]:
+    """[context] token ids spread over the vocabulary, the same in every decode benchmark run."""
+    return ((np.arange(context, dtype=np.int64) * 7919 + 1000) % vocab_size).tolist()
+
+
 def child(cfg: ThreadBenchConfig, tuned: bool) -> dict[str, object]:
     """Runs in the child process: one configuration's sessions. Returns seconds per prefill and step."""
     from graphs.generate import greedy_generate
     from graphs.model import CrucibleModel, ModelOptions
 
     model = CrucibleModel(cfg.model, ModelOptions(tune_threads=tuned))
-    ids = ((np.arange(cfg.context, dtype=np.int64) * 7919 + 1000) % model.config.vocab_size).tolist()
+    ids = synthetic_prompt(cfg.context, model.config.vocab_size)
     prefills: list[float] = []
     steps: list[float] = []
     executes: list[float] = []

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from crucible.devices import max_device
-from crucible.kernel_build import kernel_package
+from crucible.kernel_build import KernelBuild, kernel_package
 from crucible.registry import ModelSource, resolve_model
 from graphs.config import ModelConfig, load_config
 from graphs.cpu_threads import CpuThreadTuner
@@ -62,9 +62,11 @@ class CrucibleModel:
         model: What to load.
         options: Device and cache layout.
         session: An InferenceSession to compile into (one is created if omitted).
+        kernels: The kernel package to build on (default: this checkout's, kernel_build.kernel_package()).
     """
 
-    def __init__(self, model: str | ModelSource, options: ModelOptions = ModelOptions(), session=None) -> None:
+    def __init__(self, model: str | ModelSource, options: ModelOptions = ModelOptions(), session=None,
+                 kernels: KernelBuild | None = None) -> None:
         from max.dtype import DType
         from max.engine import InferenceSession
         from max.graph import DeviceRef
@@ -80,7 +82,7 @@ class CrucibleModel:
             dtype=DType.float32, n_kv_heads=self.config.num_kv_heads, head_dim=self.config.head_dim,
             num_layers=self.config.num_layers, page_size=options.page_size, devices=[ref],
         )
-        self.kernels = kernel_package()
+        self.kernels = kernels or kernel_package()
         self.session = session or InferenceSession(devices=[self.device])
         graph, registry = build_graph(self.config, self.weights, self.kv_params, ref, self.kernels.path,
                                       activations=options.activations)
