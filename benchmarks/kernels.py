@@ -17,7 +17,8 @@ target shapes also get "chain" rows: one graph running the op in sequence on dis
 totalling 64 MB (beyond the L3), as a model's layers do, reporting time / copies for every system.
 Inside a graph each op still pays a dispatch, and a parallel CPU op the runtime's hand-off to the
 cores; KernelBench.op_overhead measures both in the same run (printed with the probe), and the chain
-bandwidth targets state the fraction they leave attainable (_attainable).
+bandwidth targets state the fraction they leave attainable (_attainable), and the fraction the kernel
+reaches with its weights in cache (_in_cache_bound): below the target, no memory tuning can meet it.
 """
 
 from __future__ import annotations
@@ -268,6 +269,12 @@ class KernelBench:
         A single small op (576 x 1536 in Q4 is 0.5 MB) takes less time than MAX's fixed per-execute
         cost (~17 us), which the one-op rows include; in a model, 120 such ops share one execute and
         read their weights from DRAM. Every system gets the same treatment.
+
+        Each quantized chain also gets a "cached:" row: the same graph given one weight copy for
+        every op, so the weights come from the caches (L2 at 576 x 1536, L3 at 4096 x 4096) and the
+        time is the kernel's compute plus the per-op cost. Its bytes / time bounds what the DRAM
+        chain could reach were every read hidden behind the compute (_in_cache_bound): it tells a
+        compute-bound row from a memory-bound one.
         """
         from crucible.conformance.reference import quantize
 
@@ -280,8 +287,8 @@ class KernelBench:
             wq = w if qtype == "f32" else quantize(w, qtype)
             copies = max(2, -(-min_bytes // wq.nbytes))
             bufs = [self._buf(wq.copy()) for _ in range(copies)]
-            systems = {"crucible": self._call(self.graphs.chain("crucible", qtype, copies, k, wq.shape, act),
-                                              [xb, *bufs])}
+            ours = self.graphs.chain("crucible", qtype, copies, k, wq.shape, act)
+            systems = {"crucible": self._call(ours, [xb, *bufs])}
             if qtype == "f32":
                 systems["max"] = self._call(self.graphs.chain("max", "f32", copies, k, wq.shape), [xb, *bufs])
             raw, ceiling = self._time_with_ceiling(systems)
@@ -292,6 +299,12 @@ class KernelBench:
             row = Row(op, "target", {"M": m, "K": k, "N": n, "copies": copies}, variant, "float32", self.target,
                       2.0 * m * k * n, float(wq.nbytes + 4 * (m * k + m * n)), ceiling_gbps=ceiling)
             self.rows.append(row.fill(timings))
+            if qtype != "f32":
+                t = self._time({"crucible": self._call(ours, [xb, *[bufs[0]] * copies])})["crucible"]
+                cached = Row(op, "target", dict(row.shape), "cached:" + variant.split(":", 1)[1], "float32",
+                             self.target, row.flops, row.bytes)
+                self.rows.append(cached.fill({"crucible": Timing(t.median / copies, t.p10 / copies,
+                                                                 t.p90 / copies, t.reps)}))
             del bufs
 
     def elementwise_rows(self, model: ModelShapes, m: int) -> None:
@@ -466,6 +479,17 @@ def _attainable(nbytes: float, ceiling_gbps: float, extra: dict[str, float | str
     return stream_us / (stream_us + float(extra["op_dispatch_us"]) + float(extra["parallel_handoff_us"]))
 
 
+def _in_cache_bound(rows: list[Row], chain: Row, ceiling_gbps: float) -> float | None:
+    """The fraction of read bandwidth a quantized chain row could reach with all reads hidden: its
+    bytes at the speed of its "cached:" companion (chain_rows), over the ceiling. None without one
+    (older JSON)."""
+    for r in rows:
+        if (r.op == chain.op and r.variant == "cached:" + chain.variant.split(":", 1)[1]
+                and (r.shape["K"], r.shape["N"]) == (chain.shape["K"], chain.shape["N"])):
+            return r.gbps["crucible"] / ceiling_gbps
+    return None
+
+
 def check_targets(rows: list[Row], extra: dict[str, float | str], target: str) -> list[dict[str, object]]:
     """The kernel issue's speed targets (CPU), each with the measured value and met / not met."""
     if target != "cpu":
@@ -507,6 +531,9 @@ def check_targets(rows: list[Row], extra: dict[str, float | str], target: str) -
                      "value": r.gbps["crucible"] / ceiling, "need": 0.6, "ceiling_gbps": ceiling}
                 if "op_dispatch_us" in extra:
                     t["attainable"] = _attainable(r.bytes, ceiling, extra)
+                in_cache = _in_cache_bound(rows, r, ceiling)
+                if in_cache is not None:
+                    t["in_cache"] = in_cache
                 out.append(t)
                 out.append({"target": f"{q} act={act} M=1 K={kk} N={nn} >= 3x our fp32 matmul (chain of copies)",
                             "value": chain_fp32.times_us["crucible"] / r.times_us["crucible"], "need": 3.0})

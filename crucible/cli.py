@@ -169,6 +169,8 @@ def cmd_bench_kernels(args: argparse.Namespace) -> int:
         ceiling = f", read ceiling {t['ceiling_gbps']:.1f} GB/s" if "ceiling_gbps" in t else ""
         if "attainable" in t:
             ceiling += f"; at most {t['attainable']:.2f} with the measured per-op cost"
+        if "in_cache" in t:
+            ceiling += f"; {t['in_cache']:.2f} with the weights in cache"
         print(f"{'MET    ' if t['met'] else 'NOT MET'}  {t['target']}: {t['value']:.2f} (need {t['need']}{ceiling})")
     for reason in bench.skipped:
         print(f"SKIPPED  {reason}")

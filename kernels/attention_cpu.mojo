@@ -52,7 +52,9 @@ from .kv_layout import KVView
 #   runs, 829-881 / 864-926 / 861-923 vs 816-939 us). 1024 keys, 9/3 heads at 512 and 4096 keys and
 #   32/8 at 256: unchanged or 1-4% faster.
 # Zen 3 and Zen 5 measured no gain from the burst form from DRAM (see the header), so they keep the
-# hardware prefetchers alone; the spread form is untried there.
+# hardware prefetchers alone. The spread form on Zen 3 (2026-12-04), chains of 30 ops, 32/8 heads,
+# 4096 keys, 10 interleaved rounds: 52162 -> 52845 us per 30 ops (faster in 4 of 10), not enabled;
+# it is untried on Zen 5.
 comptime NEXT_WINDOW_PREFETCH = CompilationTarget._is_arch["znver4"]()
 # Slot-ordered decode: keys per window (K and V of all kv heads: 8 KB a key at 8 x 128). 16 with AVX2,
 # where windows of 32 measured no better (Zen 3, 512 KB L2). 64 (= BK, the most one score block

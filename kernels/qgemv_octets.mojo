@@ -30,6 +30,14 @@
 #   - in a graph, chains of copies from DRAM, interleaved rounds, medians per op: K = N = 4096 Q4_0
 #     795.8 -> 552.0 us, Q4_1 1076.4 -> 880.0 (faster in 8 of 8 rounds each); 576 x 1536 Q4_0 77.0 ->
 #     59.9, Q4_1 71.8 -> 61.8 (6 of 6); 1536 x 576 Q4_0 101.2 -> 91.5, Q4_1 66.4 -> 61.2 (5 of 6).
+#   - where the time goes (2026-12-04): the same chains with one weight copy for every op (the
+#     kernel bench's "cached:" rows, weights in L3), K = N = 4096: Q4_0 527.3 -> 456.0 us per op,
+#     Q4_1 683.0 -> 671.8 against the chains from DRAM: these rows are compute-bound, so memory
+#     tuning cannot lift them (act = "q8": 460.2 -> 299.3, 524.5 -> 473.3). perf annotate of the
+#     row loop: ~120 instructions per octet spread over the 24 vpmaddubsw, their int16 folds and
+#     vphaddw levels, the nibble split and the header gather, no single hot spot. At K = 576 (2
+#     octets and 2 blocks after them) a row costs 1.89-1.98 ns per block in L2 against 1.73-1.76 at
+#     K = 512 (no blocks after the octets): the 2 decode_block blocks cost ~3 ns each.
 #   - tried: the 8 headers packed in general registers instead of 8 vpinsrw (the accumulator then
 #     spilled: 1.39 -> 1.55 ns per block); per pair vpmaddwd (A times 254 plus B) and two vphaddd levels
 #     in int32 instead of octet_dot's vphaddw levels per part (the same within the noise).

@@ -29,7 +29,9 @@ comptime PREFETCH_BYTES = 4096
 # (compute-bound). Given to every task it cost small ops: 576 x 1536 (135 KB per task) Q4_1 act=q8
 # 39.0 / 38.9 -> 42.1 / 42.4 us, Q4_0 act=f32 51.6 -> 59.5; 4096 x 512 (320 KB per task) Q4_1 act=q8
 # 61.7 -> 64.4; 576 x 16384 (1.5 MB per task) 347.4 -> 313.7 (medians of 6 rounds; minimums 212
-# vs 222). Not measured on other hosts, which keep PREFETCH_BYTES alone.
+# vs 222). Zen 3 (2026-12-04), chains of 4096 x 4096 Q4_1 copies, 8 interleaved rounds, medians
+# per op: act=q8 331.4 -> 352.8 us (faster in 2 of 8), act=f32 457.2 -> 468.2 (2 of 8); not enabled
+# there. Other hosts keep PREFETCH_BYTES alone.
 comptime FAR_PREFETCH = CompilationTarget._is_arch["znver4"]()
 comptime FAR_MIN_TASK_BYTES = 1 << 20
 comptime FAR_L1_BYTES = 1024   # distance of the prefetch into L1
