@@ -81,6 +81,9 @@ comptime GEMV_MAX_M = 8
 # -> 68 us per op, see the header), so other targets keep the hardware prefetchers alone. In a
 # graph (chains of copies, 6 interleaved rounds, us per op): 576 x 1536 156.7-194.4 -> 116.3-143.0
 # (MAX 179.0-210.4), faster in 6 of 6; 4096 x 4096 2004-2293 -> 1948-2206 (4 of 5; MAX 3564-4203).
+# Zen 3 (2026-12-04), chains of 4096 x 4096 copies, 8 interleaved rounds, medians per op: 2 groups
+# ahead 2100.8 -> 2270.9 us (faster in 0 of 8); R = 2 or 1 weight rows per step at M = 1 instead of
+# 4: 2433.2 -> 2538.1 / 3013.0 us (1 of 8 together). Neither is taken there.
 comptime GEMV_PREFETCH_GROUPS = 2 if CompilationTarget._is_arch["znver4"]() else 0
 # Rows of x per GEMM pass (a multiple of MC). x is packed per pass, so the packed copy is at most
 # SLAB_M x K floats (115 MB at Llama-3-8B's K = 14336) instead of a second copy of x for any M (a

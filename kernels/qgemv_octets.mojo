@@ -38,6 +38,15 @@
 #     vphaddw levels, the nibble split and the header gather, no single hot spot. At K = 576 (2
 #     octets and 2 blocks after them) a row costs 1.89-1.98 ns per block in L2 against 1.73-1.76 at
 #     K = 512 (no blocks after the octets): the 2 decode_block blocks cost ~3 ns each.
+#   - tried (2026-12-04): the whole pairs after the last octet (K = 576: 2 of 18 blocks) in three
+#     int8 parts too, one pair at a time (two vpmaddubsw and one vpmaddwd per part, each block's
+#     scales over its 4 int32 lanes), into the row's accumulators (one horizontal sum per row).
+#     profile_qmatmul, one core, 3 alternating runs, N = 1536, K = 576: Q4_0 1.89-1.90 -> 1.85 ns per
+#     block, Q4_1 1.99-2.00 -> 1.93; in a graph, 576 x 1536 chains, 8 interleaved rounds: Q4_1 45.5 ->
+#     43.9 us per op (faster in 6 of 8), Q4_0 53.2 -> 53.8 (3 of 8); SmolLM2 decode (kernel_ab,
+#     300-token prompt, 12 rounds each order): faster in 8 of 12 and 4 of 12. The error against the
+#     fp32 bound grew 3-5x where the tail is the whole row (K = 64: 0.030 -> 0.081, K = 96: 0.018 ->
+#     0.089). A 2-4% kernel gain invisible in the model: not kept.
 #   - tried: the 8 headers packed in general registers instead of 8 vpinsrw (the accumulator then
 #     spilled: 1.39 -> 1.55 ns per block); per pair vpmaddwd (A times 254 plus B) and two vphaddd levels
 #     in int32 instead of octet_dot's vphaddw levels per part (the same within the noise).
