@@ -273,9 +273,9 @@ class KernelBench:
         Each quantized chain also gets a "cached:" row: the same graph given one weight copy for
         every op, so the weights come from the caches (0.5 MB at 576 x 1536, ~10 MB at 4096 x 4096,
         against 512 KB of L2 per core and a 32 MB L3 here) and the time is the kernel's compute plus
-        the per-op cost. Its bytes / time bounds what the DRAM
-        chain could reach were every read hidden behind the compute (_in_cache_bound): it tells a
-        compute-bound row from a memory-bound one.
+        the per-op cost. Its bytes / time bounds what the DRAM chain could reach were every read
+        hidden behind the compute (_in_cache_bound): it tells a compute-bound row from a memory-bound
+        one.
         """
         from crucible.conformance.reference import quantize
 
@@ -293,19 +293,17 @@ class KernelBench:
             if qtype == "f32":
                 systems["max"] = self._call(self.graphs.chain("max", "f32", copies, k, wq.shape), [xb, *bufs])
             raw, ceiling = self._time_with_ceiling(systems)
-            timings = {name: Timing(t.median / copies, t.p10 / copies, t.p90 / copies, t.reps)  # per op
-                       for name, t in raw.items()}
+            timings = _per_op(raw, copies)
             op = "matmul" if qtype == "f32" else "qmatmul"
             variant = "chain" if qtype == "f32" else f"chain:{qtype}" + (":q8" if act == "q8" else "")
             row = Row(op, "target", {"M": m, "K": k, "N": n, "copies": copies}, variant, "float32", self.target,
                       2.0 * m * k * n, float(wq.nbytes + 4 * (m * k + m * n)), ceiling_gbps=ceiling)
             self.rows.append(row.fill(timings))
             if qtype != "f32":
-                t = self._time({"crucible": self._call(ours, [xb, *[bufs[0]] * copies])})["crucible"]
+                raw = self._time({"crucible": self._call(ours, [xb, *[bufs[0]] * copies])})
                 cached = Row(op, "target", dict(row.shape), "cached:" + variant.split(":", 1)[1], "float32",
                              self.target, row.flops, row.bytes)
-                self.rows.append(cached.fill({"crucible": Timing(t.median / copies, t.p10 / copies,
-                                                                 t.p90 / copies, t.reps)}))
+                self.rows.append(cached.fill(_per_op(raw, copies)))
             del bufs
 
     def elementwise_rows(self, model: ModelShapes, m: int) -> None:
@@ -453,6 +451,11 @@ class KernelBench:
         if self.skipped:
             self.extra["skipped"] = list(self.skipped)
         return self.rows
+
+
+def _per_op(raw: dict[str, Timing], copies: int) -> dict[str, Timing]:
+    """A chain's timings (one execute of `copies` ops) per op."""
+    return {name: Timing(t.median / copies, t.p10 / copies, t.p90 / copies, t.reps) for name, t in raw.items()}
 
 
 def _act(variant: str) -> str:
