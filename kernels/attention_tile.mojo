@@ -83,6 +83,14 @@ def _prefetch_block_rows[D: Int, HEAD_PREFETCH: Bool](
     # SLOT_PFK ahead into L1. 32/8 heads, 4096 keys, Zen 3, standalone build, alternating runs:
     # no software prefetch 1863-3285 us (P @ V waited on value rows), value rows 1537-2257 us (the
     # scores then waited on key rows), + key rows 4 ahead 1324-1655 us (8 ahead: 1429-1758 us).
+    # The slot-order branch recomputes the row address (page-table load, two multiplies) for each
+    # of its 16 prefetches: the compiler does not reuse loads across a prefetch. Tried (Zen 3,
+    # 2026-12-04): both addresses computed once, tile_block 7604 -> 5955 instructions; the block
+    # kernel (profile_attention, 8 alternating runs) in L2 51.5-71.9 -> 49.5-55.7 ns per key and kv
+    # head (faster in 7 of 8), from DRAM on one core 7 of 8; but chains of 30 ops in a graph, 32/8
+    # heads, 4096 keys, interleaved rounds: faster in 3 of 10, 3 of 10 (swapped order) and 4 of 16
+    # (medians 41.9 -> 44.7 ms per 30 ops). Not kept: the op is bound by its DRAM reads, and why
+    # the tighter loop reads slower in a graph is not known (this host has no PMU counters).
     comptime if HEAD_PREFETCH:
         _prefetch_row[D](kv.key(b, seq_start, min(j + PF_KEYS, k_end - 1), g))
         _prefetch_row[D](kv.value(b, seq_start, j, g))
