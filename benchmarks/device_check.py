@@ -49,7 +49,8 @@ def main(out: str) -> int:
         return {"cases": len(results), "failed": len(failed)}
 
     def bench():
-        from benchmarks.kernels import KernelBench, format_table, write_report
+        from benchmarks.kernel_report import format_table, write_report
+        from benchmarks.kernels import KernelBench
 
         b = KernelBench("gpu", quick=True, block_s=0.03)
         rows = b.run(log=lambda m: print(m, flush=True))

@@ -7,7 +7,7 @@ A plain read-bandwidth probe on a buffer 8x the last-level cache runs in the sam
 ceiling for the memory-bound rows. The rows with a bandwidth target also time the probe interleaved
 with their own systems (Row.ceiling_gbps), because this shared machine's probe reads ~42 or ~72 GB/s
 from moment to moment; targets are judged against the best read rate of the whole run (probes and the
-fp32 weight streams), see _ceiling. The speed targets of the kernel issue are
+fp32 weight streams), see kernel_targets._ceiling. The speed targets of the kernel issue are
 checked at the end.
 
 Times are per graph execution and include MAX's fixed per-execute cost (the same for every system,
@@ -17,21 +17,21 @@ target shapes also get "chain" rows: one graph running the op in sequence on dis
 totalling 64 MB (beyond the L3), as a model's layers do, reporting time / copies for every system.
 Inside a graph each op still pays a dispatch, and a parallel CPU op the runtime's hand-off to the
 cores; KernelBench.op_overhead measures both in the same run (printed with the probe), and the chain
-bandwidth targets state the fraction they leave attainable (_attainable), and the fraction the kernel
-reaches with its weights in cache (_in_cache_bound): below the target, no memory tuning can meet it.
+bandwidth targets state the fraction they leave attainable, and the fraction the kernel reaches with
+its weights in cache: below the target, no memory tuning can meet it (benchmarks/kernel_targets.py).
+The table, JSON and plot are benchmarks/kernel_report.py.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
 from benchmarks.kernel_graphs import GraphSet
+from benchmarks.kernel_row import Row
 from benchmarks.timing import Timing, time_interleaved
 from crucible.versions import cpu_info, describe_cpu
 
@@ -63,40 +63,6 @@ LLAMA3_8B = ModelShapes("llama-3-8b", 4096, 14336, 32, 8, 128, 128256)
 M_VALUES = (1, 8, 64, 512)
 QTYPES = ("q4_0", "q4_1", "q8_0")
 BLOCK_BYTES = {"q4_0": 18, "q4_1": 20, "q8_0": 34}
-
-
-@dataclass
-class Row:
-    """One benchmarked configuration: an op at one shape, every system's timing and derived rates."""
-
-    op: str
-    model: str
-    shape: dict[str, int]
-    variant: str
-    dtype: str
-    target: str
-    flops: float
-    bytes: float
-    times_us: dict[str, float] = field(default_factory=dict)
-    spread_us: dict[str, list[float]] = field(default_factory=dict)
-    gflops: dict[str, float] = field(default_factory=dict)
-    gbps: dict[str, float] = field(default_factory=dict)
-    ratios: dict[str, float] = field(default_factory=dict)  # baseline time / crucible time (>1: we win)
-    # Read bandwidth of the probe timed interleaved with this row's systems (0: not measured); the
-    # ceiling for this row's "% of read bandwidth" target (see KernelBench._time_with_ceiling).
-    ceiling_gbps: float = 0.0
-
-    def fill(self, timings: dict[str, Timing]) -> Row:
-        for name, t in timings.items():
-            self.times_us[name] = t.median * 1e6
-            self.spread_us[name] = [t.p10 * 1e6, t.p90 * 1e6]
-            self.gflops[name] = self.flops / t.median / 1e9 if self.flops else 0.0
-            self.gbps[name] = self.bytes / t.median / 1e9 if self.bytes else 0.0
-        ours = timings["crucible"].median
-        for name, t in timings.items():
-            if name != "crucible":
-                self.ratios[name] = t.median / ours
-        return self
 
 
 class KernelBench:
@@ -456,145 +422,3 @@ class KernelBench:
 def _per_op(raw: dict[str, Timing], copies: int) -> dict[str, Timing]:
     """A chain's timings (one execute of `copies` ops) per op."""
     return {name: Timing(t.median / copies, t.p10 / copies, t.p90 / copies, t.reps) for name, t in raw.items()}
-
-
-def _act(variant: str) -> str:
-    """Activation variant of a qmatmul row: "target:q4_1:q8" -> "q8", "target:q4_1" -> "f32"."""
-    parts = variant.split(":")
-    return parts[2] if len(parts) > 2 else "f32"
-
-
-def _ceiling(row: Row, run_ceiling_gbps: float) -> float:
-    """The read-bandwidth ceiling a row is judged against: the best read rate of the whole run.
-
-    The probe of this shared machine is bimodal (~42 or ~72 GB/s, changing within a process), and the
-    fp32 matmuls have streamed 72 GB/s while a probe interleaved with them read 45. A row's own
-    interleaved ceiling (row.ceiling_gbps, kept in the JSON) can therefore be low by chance; the
-    run's best is what the machine demonstrably delivered, the strictest fair ceiling.
-    """
-    return max(row.ceiling_gbps, run_ceiling_gbps)
-
-
-def _attainable(nbytes: float, ceiling_gbps: float, extra: dict[str, float | str]) -> float:
-    """The fraction of read bandwidth a parallel op moving nbytes could reach at best: its bytes at
-    the ceiling plus the fixed cost every parallel op pays here (dispatch + hand-off, measured by
-    KernelBench.op_overhead). Small decode ops are bounded by it whatever their kernel does."""
-    stream_us = nbytes / ceiling_gbps / 1e3
-    return stream_us / (stream_us + float(extra["op_dispatch_us"]) + float(extra["parallel_handoff_us"]))
-
-
-def _in_cache_bound(rows: list[Row], chain: Row, ceiling_gbps: float) -> float | None:
-    """The fraction of read bandwidth a quantized chain row could reach with all reads hidden: its
-    bytes at the speed of its "cached:" companion (chain_rows), over the ceiling. None without one
-    (older JSON)."""
-    for r in rows:
-        if (r.op == chain.op and r.variant == "cached:" + chain.variant.split(":", 1)[1]
-                and (r.shape["K"], r.shape["N"]) == (chain.shape["K"], chain.shape["N"])):
-            return r.gbps["crucible"] / ceiling_gbps
-    return None
-
-
-def check_targets(rows: list[Row], extra: dict[str, float | str], target: str) -> list[dict[str, object]]:
-    """The kernel issue's speed targets (CPU), each with the measured value and met / not met."""
-    if target != "cpu":
-        return []
-
-    def find(op, shape, variant_prefix="target"):
-        for r in rows:
-            if r.op == op and r.shape == shape and r.variant.startswith(variant_prefix):
-                yield r
-
-    out = []
-    bw = max(extra["read_bandwidth_gbps"], extra.get("read_ceiling_gbps", 0.0))
-    for r in find("matmul", {"M": 512, "K": 1536, "N": 1536}):
-        out.append({"target": "fp32 matmul M=512 K=N=1536 >= 0.9x MAX", "value": r.ratios["max"], "need": 0.9})
-    for shape in ({"M": 1, "K": 576, "N": 1536}, {"M": 1, "K": 4096, "N": 4096}):
-        for r in find("matmul", shape):
-            out.append({"target": f"fp32 matmul M=1 K={shape['K']} N={shape['N']} >= 2x MAX",
-                        "value": r.ratios["max"], "need": 2.0})
-    for r in rows:
-        if r.op == "qmatmul" and r.variant.startswith("target") and r.variant.split(":")[1] in ("q4_0", "q4_1"):
-            q, act, s = r.variant.split(":")[1], _act(r.variant), r.shape
-            ceiling = _ceiling(r, bw)
-            out.append({"target": f"{q} act={act} M=1 K={s['K']} N={s['N']} >= 60% of read bandwidth",
-                        "value": r.gbps["crucible"] / ceiling, "need": 0.6, "ceiling_gbps": ceiling})
-            out.append({"target": f"{q} act={act} M=1 K={s['K']} N={s['N']} >= 3x our fp32 matmul",
-                        "value": r.ratios["crucible_fp32"], "need": 3.0})
-    # The decode shapes as a model runs them (chain_rows): per-op time with the weights read from
-    # DRAM and without a per-execute overhead each.
-    for chain_fp32 in (r for r in rows if r.op == "matmul" and r.variant == "chain"):
-        kk, nn = chain_fp32.shape["K"], chain_fp32.shape["N"]
-        out.append({"target": f"fp32 matmul M=1 K={kk} N={nn} >= 2x MAX (chain of copies)",
-                    "value": chain_fp32.ratios["max"], "need": 2.0})
-        for r in rows:
-            if (r.op == "qmatmul" and r.variant.startswith("chain:")
-                    and (r.shape["K"], r.shape["N"]) == (kk, nn)):
-                q, act = r.variant.split(":")[1], _act(r.variant)
-                ceiling = _ceiling(r, bw)
-                t = {"target": f"{q} act={act} M=1 K={kk} N={nn} >= 60% of read bandwidth (chain of copies)",
-                     "value": r.gbps["crucible"] / ceiling, "need": 0.6, "ceiling_gbps": ceiling}
-                if "op_dispatch_us" in extra:
-                    t["attainable"] = _attainable(r.bytes, ceiling, extra)
-                in_cache = _in_cache_bound(rows, r, ceiling)
-                if in_cache is not None:
-                    t["in_cache"] = in_cache
-                out.append(t)
-                out.append({"target": f"{q} act={act} M=1 K={kk} N={nn} >= 3x our fp32 matmul (chain of copies)",
-                            "value": chain_fp32.times_us["crucible"] / r.times_us["crucible"], "need": 3.0})
-    for r in rows:
-        if r.op == "attention_paged" and r.shape.get("cached") == 4096 and r.shape["Hq"] == 32:
-            ceiling = _ceiling(r, bw)
-            out.append({"target": "decode attention 4096 cached, 32/8 heads, D=128 >= 50% of read bandwidth",
-                        "value": r.gbps["crucible"] / ceiling, "need": 0.5, "ceiling_gbps": ceiling})
-            break
-    for t in out:
-        t["met"] = bool(t["value"] >= t["need"])
-    return out
-
-
-def write_report(rows: list[Row], extra: dict[str, float | str], targets: list[dict[str, object]], versions: dict,
-                 out_dir: Path) -> Path:
-    """Writes kernels.json and kernels.png under out_dir (created); returns the JSON path."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "kernels.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"versions": versions, "extra": extra, "targets": targets,
-                               "rows": [asdict(r) for r in rows]}, indent=1))
-    tmp.replace(path)
-    _plot(rows, out_dir / "kernels.png")
-    return path
-
-
-def _plot(rows: list[Row], png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = [f"{r.op} {r.model} {r.variant} " + ",".join(f"{k}={v}" for k, v in r.shape.items()) for r in rows
-              if "max" in r.ratios or "max_fp32" in r.ratios]
-    ratios = [r.ratios.get("max", r.ratios.get("max_fp32")) for r in rows if "max" in r.ratios or "max_fp32" in r.ratios]
-    fig, ax = plt.subplots(figsize=(10, max(4, 0.18 * len(labels))))
-    ax.barh(range(len(labels)), ratios, color=["tab:green" if v >= 1 else "tab:red" for v in ratios])
-    ax.axvline(1.0, color="k", lw=0.8)
-    ax.set_xscale("log")
-    ax.set_yticks(range(len(labels)), labels, fontsize=5)
-    ax.invert_yaxis()
-    ax.set_xlabel("speed-up over MAX's built-in (MAX time / Crucible time; >1 = Crucible faster)")
-    fig.tight_layout()
-    fig.savefig(png, dpi=130)
-    plt.close(fig)
-
-
-def format_table(rows: list[Row]) -> str:
-    """A fixed-width table: one line per row, ours first, then each baseline."""
-    lines = [f"{'op':<16}{'model':<14}{'variant':<18}{'shape':<34}{'system':<14}{'time us':>11}"
-             f"{'GFLOP/s':>10}{'GB/s':>9}{'speed-up':>9}"]
-    for r in rows:
-        shape = ",".join(f"{k}={v}" for k, v in r.shape.items())
-        for i, name in enumerate(r.times_us):
-            # speed-up = baseline time / Crucible time: > 1 means Crucible is faster.
-            ratio = "" if name == "crucible" else f"{r.ratios[name]:.2f}"
-            head = (f"{r.op:<16}{r.model:<14}{r.variant:<18}{shape:<34}") if i == 0 else " " * 82
-            lines.append(f"{head}{name:<14}{r.times_us[name]:>11.1f}{r.gflops[name]:>10.1f}{r.gbps[name]:>9.1f}{ratio:>9}")
-    return "\n".join(lines)

@@ -158,7 +158,9 @@ def cmd_bench_kernels(args: argparse.Namespace) -> int:
     # (benchmarks/timing.py); a short spin keeps the interleaved comparison fair. Read at numpy load.
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
-    from benchmarks.kernels import KernelBench, check_targets, format_table, write_report
+    from benchmarks.kernel_report import format_table, write_report
+    from benchmarks.kernel_targets import check_targets
+    from benchmarks.kernels import KernelBench
     from crucible.versions import version_matrix
 
     bench = KernelBench(args.target, quick=args.quick)

@@ -1,8 +1,9 @@
-"""The kernel benchmark's target checks (benchmarks/kernels.py), on synthetic rows: no graph compiles."""
+"""The kernel benchmark's target checks (benchmarks/kernel_targets.py), on synthetic rows: no graph compiles."""
 
 from __future__ import annotations
 
-from benchmarks.kernels import Row, check_targets
+from benchmarks.kernel_row import Row
+from benchmarks.kernel_targets import check_targets
 from benchmarks.timing import Timing
 
 
