@@ -1,6 +1,6 @@
 """Every CPU kernel against its float64 reference over the conformance grid (crucible/conformance).
 
-Bounds are derived per op and dtype in crucible/conformance/checks.py; each case records its error as
+Bounds are derived per op and dtype in crucible/conformance/tolerance.py; each case records its error as
 a ratio to its bound, so a failure message shows how far off it was.
 """
 

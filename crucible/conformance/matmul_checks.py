@@ -1,0 +1,159 @@
+"""Conformance grids of matmul and qmatmul (bounds: tolerance.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from crucible.conformance import reference as R
+from crucible.conformance.harness import CaseResult, Harness, result, round_bf16
+from crucible.conformance.tolerance import dot_bound, error_ratio
+
+MATMUL_M = (1, 2, 7, 8, 64, 300)
+MATMUL_KN = ((576, 1536), (1536, 576), (577, 33), (100, 1537), (16, 5))
+# The CPU GEMM runs M in slabs of 2016 rows (matmul_cpu.mojo SLAB_M): 2100 rows take two.
+MATMUL_BIG = ((1, 4096, 4096), (8, 4096, 4096), (64, 4096, 4096), (2100, 64, 40))
+QTYPES = ("q4_0", "q4_1", "q8_0", "f16")
+# The batch-1 int8 path takes blocks in octets (AVX2 without VNNI, Q4), then pairs, two pairs per step,
+# then a lone pair and a lone block: K = 64 is one lone pair, 96 (3 blocks) a lone pair and a lone
+# block, 160 (5) one step and a lone block, 480 (15) an octet, a step, a lone pair and a lone block,
+# 576 (18) octets (or steps) and a lone pair.
+QMATMUL_KN = ((576, 1536), (1536, 576), (64, 33), (96, 40), (160, 7), (480, 24), (4096, 96))
+
+
+def matmul_graph(h: Harness, dtype: str, variants: tuple[str, ...]):
+    """One graph, one output per variant, symbolic in M, K, N."""
+    from max.dtype import DType
+    from max.graph import TensorType, ops
+
+    from graphs import kernel_ops as K
+
+    f32 = DType.float32
+    compute = DType.bfloat16 if dtype == "bfloat16" else f32
+
+    def build(x, w):
+        xc, wc = ops.cast(x.tensor, compute), ops.cast(w.tensor, compute)
+        return [ops.cast(K.matmul(xc, wc, v), f32) for v in variants]
+
+    return h.model(f"matmul_{dtype}_{'_'.join(variants)}",
+                   [TensorType(f32, ["m", "k"], device=h.ref), TensorType(f32, ["n", "k"], device=h.ref)], build)
+
+
+def check_matmul(h: Harness, dtype: str, variants: tuple[str, ...]) -> list[CaseResult]:
+    """crucible.matmul over the M x (K, N) grid for each variant (compiled once per dtype)."""
+    model = matmul_graph(h, dtype, variants)
+    rng = np.random.default_rng(0)
+    shapes = [(m, k, n) for m in MATMUL_M for k, n in MATMUL_KN] + list(MATMUL_BIG)
+    out = []
+    for m, k, n in shapes:
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        w = rng.standard_normal((n, k)).astype(np.float32)
+        if dtype == "bfloat16":
+            x, w = round_bf16(x), round_bf16(w)
+        ref = R.matmul(x, w)
+        bound = dot_bound(x, w, ref, dtype == "bfloat16")
+        for variant, y in zip(variants, h.run(model, [x, w])):
+            out.append(result(h, "crucible.matmul", variant, dtype, f"M={m} K={k} N={n}",
+                              error_ratio(np.abs(y - ref), bound), 1.0))
+    return out
+
+
+def qmatmul_acts(h: Harness, qtype: str) -> tuple[str, ...]:
+    """Activation variants of qmatmul checked on this target: int8 activations exist for block
+    formats on CPU only."""
+    return ("f32", "q8") if h.target == "cpu" and qtype != "f16" else ("f32",)
+
+
+def qmatmul_graph(h: Harness, qtype: str):
+    """qmatmul for one block format, symbolic in M, N and the row bytes; one output per activation
+    variant (qmatmul_acts)."""
+    from max.dtype import DType
+    from max.graph import TensorType, ops
+
+    f32 = DType.float32
+
+    def build(x, w):
+        n_out = w.tensor.shape[0]
+        out_type = TensorType(f32, [x.tensor.shape[0], n_out], device=h.ref)
+        return [ops.custom("crucible.qmatmul", h.ref, [x.tensor, w.tensor], [out_type],
+                           parameters={"qtype": qtype, "act": act})[0].tensor for act in qmatmul_acts(h, qtype)]
+
+    return h.model(f"qmatmul_{qtype}", [TensorType(f32, ["m", "k"], device=h.ref),
+                                        TensorType(DType.uint8, ["n", "kb"], device=h.ref)], build)
+
+
+def check_qmatmul(h: Harness, qtype: str) -> list[CaseResult]:
+    """crucible.qmatmul for one block format, plus the misread-layout control for Q4 formats."""
+    model = qmatmul_graph(h, qtype)
+    rng = np.random.default_rng(1)
+    out = []
+    # M = 20 runs the decode kernel in row groups of 8, 8 and 4 (qmatmul_cpu.mojo: M <= 32).
+    # 2100 rows: the quantized GEMM in two M slabs.
+    shapes = [(m, k, n) for m in MATMUL_M + (20,) for k, n in QMATMUL_KN] + [(1, 4096, 4096), (8, 4096, 4096),
+                                                                            (2100, 64, 33)]
+    for m, k, n in shapes:
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        wq = R.quantize(rng.standard_normal((n, k)).astype(np.float32), qtype)
+        if qtype == "q8_0":
+            # The format allows the byte -128, which the reference quantizer never writes (|q| <= 127);
+            # the AVX2 int8 path's sign trick must take it (qdot_int8.dot_i8_i8). One per 7 blocks.
+            blocks = wq.reshape(-1, 34)
+            blocks[::7, 2 + 5] = 0x80
+        wd = R.dequantize(wq, qtype, n, k)
+        ref = x.astype(np.float64) @ wd.T
+        ys = h.run(model, [x, wq])
+        y = ys[0]
+        bound = dot_bound(x, wd, ref, False)
+        out.append(result(h, "crucible.qmatmul", qtype, "float32", f"M={m} K={k} N={n}",
+                          error_ratio(np.abs(y - ref), bound), 1.0))
+        if len(ys) > 1 and m <= 32:  # act=q8 changes only the decode path (M <= 32)
+            xq = R.quantize_activations_q8(x)
+            ref_q = xq @ wd.T
+            out.append(result(h, "crucible.qmatmul", qtype + ":act=q8", "int8 x",
+                              f"M={m} K={k} N={n}", error_ratio(np.abs(ys[1] - ref_q), dot_bound(xq, wd, ref_q, False)), 1.0))
+            act_bound = np.abs(x.astype(np.float64) - xq) @ np.abs(wd).T + bound
+            out.append(result(h, "crucible.qmatmul", qtype + ":act=q8-vs-float", "int8 x",
+                              f"M={m} K={k} N={n}", error_ratio(np.abs(ys[1] - ref), act_bound), 1.0))
+        if qtype in ("q4_0", "q4_1") and (m, k, n) == (7, 576, 1536):
+            wrong = x.astype(np.float64) @ R.dequantize_nibbles_swapped(wq, qtype, n, k).T
+            # The control must fail: the kernel output is far from the misread-layout reference.
+            misread = error_ratio(np.abs(y - wrong), dot_bound(x, wd, wrong, False))
+            out.append(result(h, "crucible.qmatmul", qtype + ":misread-layout-is-detected", "float32",
+                              f"M={m} K={k} N={n}", 1.0 / max(misread, 1e-30), 1.0))
+    out += _qmatmul_special_x(h, model, qtype, rng)
+    return out
+
+
+def _qmatmul_special_x(h: Harness, model: object, qtype: str, rng: np.random.Generator) -> list[CaseResult]:
+    """Activations that per-block scaling of x (qgemv_groups.mojo) must take, at M = 1.
+
+    A zero block, blocks of tiny (1e-35, under its 1e-30 floor) and small (1e-20) values, an outlier of
+    1e4 beside values of 1e-3; then a NaN in x, which must reach every output as in fp32 arithmetic.
+    """
+    k, n = 576, 1536
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    x[0, 0:32] = 0.0
+    x[0, 32:64] *= 1e-35
+    x[0, 64:96] *= 1e-20
+    x[0, 96:128] = 1e-3
+    x[0, 100] = 1e4
+    wq = R.quantize(rng.standard_normal((n, k)).astype(np.float32), qtype)
+    wd = R.dequantize(wq, qtype, n, k)
+    ref = x.astype(np.float64) @ wd.T
+    y = h.run(model, [x, wq])[0]
+    magnitude = wd
+    if qtype in ("q4_0", "q4_1"):
+        # Q4 kernels may sum the block offset apart, x . (d q) + offset sum x (Q4_1's m, Q4_0's -8 d),
+        # as ggml's own dot products do: an x that mixes 1e4 and 1e-3 in a block then meets the
+        # rounding of those two terms, which can be far above their sum (w = 0 at q = 8 for Q4_0).
+        # The bound takes |d q| + |offset| for |w|.
+        offset = R.q4_offsets(wq, qtype, n, k)
+        magnitude = np.abs(wd - offset) + np.abs(offset)
+    out = [result(h, "crucible.qmatmul", qtype + ":special-x", "float32",
+                  f"M=1 K={k} N={n} x: zero, tiny, outlier blocks",
+                  error_ratio(np.abs(y - ref), dot_bound(x, magnitude, ref, False)), 1.0)]
+    x[0, 300] = np.nan
+    y = h.run(model, [x, wq])[0]
+    # The error is the count of outputs the NaN did not reach.
+    out.append(result(h, "crucible.qmatmul", qtype + ":nan-propagates", "float32", f"M=1 K={k} N={n}",
+                      float(np.sum(~np.isnan(y))), 0.5))
+    return out
