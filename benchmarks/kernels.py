@@ -240,8 +240,8 @@ class KernelBench:
         every op, so the weights come from the caches (0.5 MB at 576 x 1536, ~10 MB at 4096 x 4096,
         against 512 KB of L2 per core and a 32 MB L3 here) and the time is the kernel's compute plus
         the per-op cost. Its bytes / time bounds what the DRAM chain could reach were every read
-        hidden behind the compute (_in_cache_bound): it tells a compute-bound row from a memory-bound
-        one.
+        hidden behind the compute (kernel_targets._in_cache_bound): it tells a compute-bound row
+        from a memory-bound one.
         """
         from crucible.conformance.reference import quantize
 

@@ -25,8 +25,8 @@
 # both cores, standalone, medians of 6 alternating runs) M = 1 60 -> 50 us, M = 8 185 -> 144
 # us; SmolLM2's 49152 x 576 lm_head from DRAM ~1.8 ms either way (memory-bound, noisy).
 # With AVX-512 VBMI and GFNI (Zen 4/5, Ice Lake on) a pair's nibbles come from one 64-byte
-# load, one byte permute and one bit-matrix op (NIBBLE_PERM) instead of two lane inserts, an
-# and and a shift. Zen 5, profile_qmatmul, one core cache-resident, alternating runs: Q4_0
+# load, one byte permute and one bit-matrix op (qpair_bytes.NIBBLE_PERM) instead of two lane
+# inserts, an and and a shift. Zen 5, profile_qmatmul, one core cache-resident, alternating runs: Q4_0
 # 0.62-0.64 -> 0.56-0.57 ns per block, Q4_1 0.66-0.67 -> 0.62-0.63.
 # The batch-1 pair rows keep GROUPS = 4 groups of 4 blocks in flight, each with its own
 # accumulators (see qgemv_row_q8_pairs), and end each row in one horizontal sum: the odd last
