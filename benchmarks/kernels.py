@@ -394,13 +394,17 @@ class KernelBench:
         # The speed-target shapes first, so a quick run always has them.
         for m, k, n in ((512, 1536, 1536), (1, 576, 1536), (1, 4096, 4096)):
             self.matmul_rows(ModelShapes("target", k, 0, 0, 0, 0, 0), m, "target", k, n)
+        log(f"  target matmul done ({len(self.rows)} rows)")
         for m, k, n in ((1, 4096, 4096), (1, 576, 1536)):
             for act in ("f32", "q8") if self.target == "cpu" else ("f32",):
                 self.qmatmul_rows(ModelShapes("target", k, 0, 0, 0, 0, 0), m, "target", k, n, act)
+        log(f"  target qmatmul done ({len(self.rows)} rows)")
         if self.target == "cpu":
             for k, n in ((576, 1536), (4096, 4096)):
                 self.chain_rows(1, k, n)
+            log(f"  chains done ({len(self.rows)} rows)")
         self.attention_rows(LLAMA3_8B, 1, 4096)
+        log(f"  target attention done ({len(self.rows)} rows)")
         for model in models:
             for m in M_VALUES:
                 for name, k, n in model.projections():

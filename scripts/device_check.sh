@@ -2,11 +2,17 @@
 # GPU device check, run ON the lent GPU machine after the three MAX stage parts
 # (../shared/device/stage-max.sh) were copied to /tmp/stage, from the repository root, with the
 # prebuilt kernel package (build/) and the gguf wheel (.whl/) carried along. Writes to $OUT (or ./device-out).
-#   bash scripts/device_check.sh [--bench-only]
+#   bash scripts/device_check.sh [--bench-only | --conformance-only]
+# Learned on an H200 (2026-12-04): the conformance grid takes ~330 s, so the benchmark needs a call of
+# its own (a call runs at most 600 s and /tmp/stage stays only while the machine is warm: ~30 s idle).
+# Every call copies the working tree too, and the carry limit (64 MiB) counts it: with 60 MiB stage parts,
+# move benchmarks/results (22 MB) aside while staging; `git checkout benchmarks/results` brings it back.
 # Learned on an H200 (2026-11-30): unzipped wheels keep their *.data/{purelib,platlib} folders, so
 # `import max` finds no max._core until those are merged into the site root; after that MAX finds its
 # compiler in the unpack and compiles and runs GPU graphs with a .mojoc built on the CPU machine.
-# MAX's KV cache manager needs pydantic, which that image lacks: the attention benchmark rows skip.
+# MAX's KV cache manager needs pydantic, which that image lacks: stage it with
+#   ../shared/device/stage-max.sh pydantic pydantic-core annotated-types typing-inspection typing-extensions
+# and put the wheels named below in .whl/extra, or the attention benchmark rows skip.
 set -euo pipefail
 out="${OUT:-device-out}"
 site=/tmp/stage/site
@@ -17,6 +23,18 @@ if [[ ! -d "$site/max/_core" && ! -e "$site/max/_core.cpython-312-x86_64-linux-g
      [[ -d "$d/$sub" ]] && cp -a "$d/$sub/." . ; done; done)
 fi
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/extra .whl/*.whl
+# MAX's pipeline modules (the KV cache manager the attention rows use) import these; install from
+# .whl/extra only what the machine lacks, so its own packages (those transformers was built with) win.
+missing=()
+for pair in psutil:psutil rich:rich markdown_it:markdown-it-py mdurl:mdurl pygments:pygments click:click \
+    PIL:pillow yaml:pyyaml tqdm:tqdm filelock:filelock packaging:packaging regex:regex requests:requests \
+    urllib3:urllib3 idna:idna certifi:certifi charset_normalizer:charset-normalizer; do
+  python3 -c "import ${pair%%:*}" 2>/dev/null || missing+=("${pair##*:}")
+done
+if [[ -d .whl/extra && ${#missing[@]} -gt 0 ]]; then
+  echo "[device_check] installing missing: ${missing[*]}"
+  python3 -m pip install -q --no-index --no-deps --no-compile --find-links .whl/extra --target /tmp/extra "${missing[@]}"
+fi
 export PYTHONPATH="$PWD:$site:/tmp/extra" MAX_SERVE_DISABLE_TELEMETRY=1 PYTHONUNBUFFERED=1
 export CRUCIBLE_PREBUILT_KERNELS="$(ls "$PWD"/build/kernels-*/crucible_kernels.mojoc | head -1)"
 python3 benchmarks/device_check.py "$out" "$@" 2>&1 | tee "$out/log.txt"

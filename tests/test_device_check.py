@@ -1,0 +1,50 @@
+"""The GPU device check's bookkeeping (benchmarks/device_check.py), with a fake benchmark: no GPU, no graphs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+import benchmarks.kernels
+from benchmarks import device_check
+from benchmarks.kernel_row import Row
+
+
+class _BenchThatRunsOutOfTime:
+    """Adds one row per progress line, then fails the way a call killed at its time limit would lose the rest."""
+
+    def __init__(self, target: str, quick: bool, block_s: float) -> None:
+        self.target = target
+        self.rows: list[Row] = []
+        self.extra: dict[str, float] = {"read_bandwidth_gbps": 2374.5}
+
+    def run(self, log) -> list[Row]:
+        for n in (1, 2):
+            self.rows.append(Row("matmul", "target", {"M": 1, "K": 576, "N": n}, "tiled", "bfloat16", "gpu", 1.0, 1.0))
+            log(f"  {n} rows")
+        raise TimeoutError("out of time")
+
+
+def test_bench_rows_survive_a_run_cut_short(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(benchmarks.kernels, "KernelBench", _BenchThatRunsOutOfTime)
+    monkeypatch.setattr(sys, "argv", ["device_check.py", str(tmp_path), "--bench-only"])
+    assert device_check.main(str(tmp_path)) == 1  # the bench step failed and says so
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert "conformance" not in status and status["bench"]["ok"] is False
+    partial = json.loads((tmp_path / "kernels-partial.json").read_text())
+    assert [r["shape"]["N"] for r in partial["rows"]] == [1, 2]
+    assert partial["extra"]["read_bandwidth_gbps"] == 2374.5
+
+
+def test_conformance_only_skips_the_bench(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import crucible.conformance.checks as checks
+
+    monkeypatch.setattr(checks, "run_all", lambda h: [])
+    monkeypatch.setattr("crucible.conformance.harness.Harness", lambda target: type("H", (), {"compile_seconds": {}})())
+    monkeypatch.setattr(sys, "argv", ["device_check.py", str(tmp_path), "--conformance-only"])
+    device_check.main(str(tmp_path))
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert "bench" not in status and status["conformance"]["result"] == {"cases": 0, "failed": 0}
