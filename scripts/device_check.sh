@@ -12,9 +12,13 @@
 # compiler in the unpack and compiles and runs GPU graphs with a .mojoc built on the CPU machine.
 # MAX's KV cache manager needs pydantic, which that image lacks: stage it with
 #   ../shared/device/stage-max.sh pydantic pydantic-core annotated-types typing-inspection typing-extensions
-# and put the wheels named below in .whl/extra, or the attention benchmark rows skip.
+# and put the wheels named below in .whl/extra, or the attention benchmark rows skip:
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl/extra psutil rich ...
+# (the 2026-12-04 image had all of them but pydantic).
 set -euo pipefail
 out="${OUT:-device-out}"
+mkdir -p "$out"
 site=/tmp/stage/site
 if [[ ! -d "$site/max/_core" && ! -e "$site/max/_core.cpython-312-x86_64-linux-gnu.so" ]]; then
   mkdir -p "$site"
