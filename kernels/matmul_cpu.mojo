@@ -71,6 +71,13 @@ comptime MC = 96          # m-block of packed x, MC x KC (48 / 144 KB), stays in
 # of them. Zen 4, M=512 K=N=1536 in-graph (see the header): 12147 -> 12012 us, NC = 64 11981;
 # the cost is one more pass of each task over packed x per halving (from L3), so 128, not 64.
 comptime NC = 128
+# Not taken (2026-12-04, a 2-vCPU Intel Xeon VM with AVX-512 and 2 MB L2 per core, which Mojo
+# detects as "rocketlake"): n-blocks of 2 NC when M >= 300, as each n-block task streams all of
+# packed x once per k-block. In-graph interleaved A/B, medians us: NC = 256 everywhere, M=512
+# K=N=1536 6482 -> 6376 (8 of 8; MAX 5824), M=512 at N=576 and 3072 faster 5/5 and 4/5, M=128 / 256
+# even, M=64 K=576 N=1536 518 -> 542 (0 of 5). The M >= 300 form: M=512 6639 -> 6594 (4 of 5; MAX
+# 6024), M=300 3989 -> 4079 (3 of 5). A 1-2% gain on one host only, at large M; not worth a
+# host-specific tile size. KC = 384 there: 6507 -> 6532 (1 of 8).
 comptime GEMV_MAX_M = 8
 # The gemv prefetches the weight rows this many row groups (of R rows) ahead, the same k range: a
 # group's rows are R short streams (2.3 KB each at K = 576) that the hardware prefetchers restart
