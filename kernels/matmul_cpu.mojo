@@ -78,6 +78,16 @@ comptime NC = 128
 # even, M=64 K=576 N=1536 518 -> 542 (0 of 5). The M >= 300 form: M=512 6639 -> 6594 (4 of 5; MAX
 # 6024), M=300 3989 -> 4079 (3 of 5). A 1-2% gain on one host only, at large M; not worth a
 # host-specific tile size. KC = 384 there: 6507 -> 6532 (1 of 8).
+# On that host the micro tile spills: built for its detected CPU ("rocketlake"), the scheduler hoists
+# the next k step's panel loads and keeps 2 of the 24 accumulators on the stack (objdump of
+# _gemm_slab's task: 212 zmm stack accesses, inside the FMA loops; profile_gemm's standalone micro
+# loop has none, so its 240 GFLOP/s per core overstates the in-op loop there). Built for znver4,
+# znver5 or sapphirerapids the FMA loops have no stack access. MR = 5 (MC = 100) cuts the spills to
+# 40 and gains there (in-graph, us: M=512 K=N=1536 7576 -> 7331, 8 of 8, MAX 6854; M=300 4308 ->
+# 4290, 5/5; M=64 K=576 N=1536 567 -> 560, 4/5), but that is a fix for one mis-detected VM model
+# with fewer FMAs per load everywhere else, so MR stays 6. A rolled k loop (no unroll by FW) has no
+# stack access on any of those targets and was faster standalone (median 7492 -> 7335 us) but slower
+# in a graph, 7239 -> 7365 (0 of 8; MAX 6529).
 comptime GEMV_MAX_M = 8
 # The gemv prefetches the weight rows this many row groups (of R rows) ahead, the same k range: a
 # group's rows are R short streams (2.3 KB each at K = 576) that the hardware prefetchers restart
