@@ -3,7 +3,7 @@
 Run where a GPU is lent (see README): writes conformance.json, kernels.json/.png and a log under the
 output folder, and keeps going past a failing step so one run reports everything it can.
 
-    python3 benchmarks/device_check.py OUT [--bench-only | --conformance-only]
+    python3 benchmarks/device_check.py OUT [--bench-only | --conformance-only | --attention-only]
 
 On an H200 (2026-12-04) the conformance grid took 330 s and the benchmark did not finish in the 270 s
 left of a 600 s call, so run the two steps as two calls. The benchmark writes the rows it has so far to
@@ -67,19 +67,37 @@ def main(out: str) -> int:
                 {"extra": b.extra, "rows": [asdict(r) for r in b.rows]}, indent=1, default=str))
             partial.with_suffix(".tmp").replace(partial)
 
-        rows = b.run(log=log)
+        if "--attention-only" in sys.argv:
+            rows = attention_only(b, log)
+        else:
+            rows = b.run(log=log)
         print(format_table(rows), flush=True)
         write_report(rows, b.extra, [], versions(), out_dir)
         return b.extra
 
     step("versions", versions)
-    if "--bench-only" not in sys.argv:
+    if "--bench-only" not in sys.argv and "--attention-only" not in sys.argv:
         step("conformance", conformance)
     if "--conformance-only" not in sys.argv:
         step("bench", bench)
     print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "trace"} for k, v in status.items()},
                      default=str)[:3000])
     return 0 if all(v["ok"] for v in status.values()) else 1
+
+
+def attention_only(b, log) -> list:
+    """Only the attention rows of the benchmark: for a call with too little time for the whole run."""
+    from benchmarks.kernels import LLAMA3_8B, SMOLLM2
+
+    b.probe()
+    log(f"read bandwidth {b.extra['read_bandwidth_gbps']:.1f} GB/s")
+    for model, new_tokens, cached in ((LLAMA3_8B, 1, 4096), (SMOLLM2, 1, 512), (SMOLLM2, 1, 4096),
+                                      (SMOLLM2, 64, 0), (LLAMA3_8B, 1, 512), (SMOLLM2, 512, 0)):
+        b.attention_rows(model, new_tokens, cached)
+        log(f"  attention {model.name} new={new_tokens} cached={cached} done ({len(b.rows)} rows)")
+    if b.skipped:
+        b.extra["skipped"] = list(b.skipped)
+    return b.rows
 
 
 if __name__ == "__main__":

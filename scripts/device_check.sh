@@ -2,7 +2,12 @@
 # GPU device check, run ON the lent GPU machine after the three MAX stage parts
 # (../shared/device/stage-max.sh) were copied to /tmp/stage, from the repository root, with the
 # prebuilt kernel package (build/) and the gguf wheel (.whl/) carried along. Writes to $OUT (or ./device-out).
-#   bash scripts/device_check.sh [--bench-only | --conformance-only]
+#   bash scripts/device_check.sh [--bench-only | --conformance-only | --attention-only]
+# Procedure (2026-12-04, second session): after stage-max.sh (with pydantic, below), run
+# scripts/stage_trim.sh to get two parts; move benchmarks/results aside; then, with no pause between them,
+#   call 1: carry part-00, build/kernels-<hash>, .whl/gguf-*.whl:  mkdir -p /tmp/stage && cp .devstage/...part-00 /tmp/stage/
+#   call 2: carry part-01:  cp .devstage/...part-01 /tmp/stage/ && bash scripts/device_check.sh --bench-only
+# A call that reports "warm": false found a fresh machine: /tmp/stage is gone, start again from call 1.
 # Learned on an H200 (2026-12-04): the conformance grid takes ~330 s, so the benchmark needs a call of
 # its own (a call runs at most 600 s and /tmp/stage stays only while the machine is warm: ~30 s idle).
 # Every call copies the working tree too, and the carry limit (64 MiB) counts it: with 60 MiB stage parts,
@@ -39,6 +44,13 @@ if [[ -d .whl/extra && ${#missing[@]} -gt 0 ]]; then
   echo "[device_check] installing missing: ${missing[*]}"
   python3 -m pip install -q --no-index --no-deps --no-compile --find-links .whl/extra --target /tmp/extra "${missing[@]}"
 fi
+# max.pipelines imports PyAV (video inputs), which the image lacks; the kernel benchmark never decodes
+# video, so an empty module stands in for it. Only where `import av` fails, and never in the repository.
+if ! python3 -c "import av" 2>/dev/null && [[ ! -e /tmp/extra/av/__init__.py ]]; then
+  mkdir -p /tmp/extra/av
+  echo '# stand-in for PyAV on the GPU machine (scripts/device_check.sh): video inputs are not used' > /tmp/extra/av/__init__.py
+fi
 export PYTHONPATH="$PWD:$site:/tmp/extra" MAX_SERVE_DISABLE_TELEMETRY=1 PYTHONUNBUFFERED=1
-export CRUCIBLE_PREBUILT_KERNELS="$(ls "$PWD"/build/kernels-*/crucible_kernels.mojoc | head -1)"
+# The newest build, should more than one have been carried.
+export CRUCIBLE_PREBUILT_KERNELS="$(ls -t "$PWD"/build/kernels-*/crucible_kernels.mojoc | head -1)"
 python3 benchmarks/device_check.py "$out" "$@" 2>&1 | tee "$out/log.txt"

@@ -48,3 +48,32 @@ def test_conformance_only_skips_the_bench(tmp_path: Path, monkeypatch: pytest.Mo
     device_check.main(str(tmp_path))
     status = json.loads((tmp_path / "status.json").read_text())
     assert "bench" not in status and status["conformance"]["result"] == {"cases": 0, "failed": 0}
+
+
+class _AttentionOnlyBench(_BenchThatRunsOutOfTime):
+    """Records which attention rows were asked for; the whole run must not start."""
+
+    skipped: list[str] = []
+
+    def probe(self) -> None:
+        self.extra["read_bandwidth_gbps"] = 2325.6
+
+    def attention_rows(self, model, new_tokens: int, cached: int) -> None:
+        self.rows.append(Row("attention_paged", model.name, {"new": new_tokens, "cached": cached}, "decode",
+                             "bfloat16", "gpu", 1.0, 1.0))
+
+    def run(self, log) -> list[Row]:
+        raise AssertionError("--attention-only ran the whole benchmark")
+
+
+def test_attention_only_runs_just_the_attention_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(benchmarks.kernels, "KernelBench", _AttentionOnlyBench)
+    monkeypatch.setattr("benchmarks.kernel_report.write_report", lambda *args: None)
+    monkeypatch.setattr(sys, "argv", ["device_check.py", str(tmp_path), "--attention-only"])
+    assert device_check.main(str(tmp_path)) == 0
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert "conformance" not in status and status["bench"]["ok"] is True
+    partial = json.loads((tmp_path / "kernels-partial.json").read_text())
+    # The speed-target row (Llama-3-8B decode over 4096 cached tokens) comes first.
+    assert partial["rows"][0]["model"] == "llama-3-8b" and partial["rows"][0]["shape"] == {"new": 1, "cached": 4096}
+    assert {r["op"] for r in partial["rows"]} == {"attention_paged"}
