@@ -19,6 +19,8 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 
+from crucible.atomic_write import write_text_atomic
+
 
 def main(out: str) -> int:
     out_dir = Path(out)
@@ -62,10 +64,8 @@ def main(out: str) -> int:
 
         def log(message: str) -> None:
             print(message, flush=True)
-            partial = out_dir / "kernels-partial.json"
-            partial.with_suffix(".tmp").write_text(json.dumps(
+            write_text_atomic(out_dir / "kernels-partial.json", json.dumps(
                 {"extra": b.extra, "rows": [asdict(r) for r in b.rows]}, indent=1, default=str))
-            partial.with_suffix(".tmp").replace(partial)
 
         if "--attention-only" in sys.argv:
             rows = attention_only(b, log)

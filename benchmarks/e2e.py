@@ -22,6 +22,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from crucible.atomic_write import write_text_atomic
+
 # crucible: our default (float32 activations). crucible-q8: the same model with int8 activations in the
 # decode matmuls (ModelOptions.activations="q8"), the scheme llama.cpp's CPU backend uses.
 SYSTEMS = ("crucible", "crucible-q8", "max", "llama.cpp")
@@ -268,9 +270,7 @@ def write_report(report: E2EReport, targets: list[dict[str, object]], versions: 
     path = out_dir / "e2e.json"
     data = {"config": asdict(report.config), "summary": report.summary(), "targets": targets,
             "samples": [asdict(s) for s in report.samples], "notes": report.notes, "versions": versions}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(data, indent=1, default=str))
 
     import matplotlib
 

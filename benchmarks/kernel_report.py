@@ -7,6 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from benchmarks.kernel_row import Row
+from crucible.atomic_write import write_text_atomic
 
 
 def write_report(rows: list[Row], extra: dict[str, float | str], targets: list[dict[str, object]], versions: dict,
@@ -14,10 +15,8 @@ def write_report(rows: list[Row], extra: dict[str, float | str], targets: list[d
     """Writes kernels.json and kernels.png under out_dir (created); returns the JSON path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "kernels.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"versions": versions, "extra": extra, "targets": targets,
-                               "rows": [asdict(r) for r in rows]}, indent=1))
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps({"versions": versions, "extra": extra, "targets": targets,
+                                        "rows": [asdict(r) for r in rows]}, indent=1))
     _plot(rows, out_dir / "kernels.png")
     return path
 

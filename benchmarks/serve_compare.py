@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.serve_load import LoadResult, format_results, run_load
+from crucible.atomic_write import write_text_atomic
 from crucible.proc import free_port, wait_healthy
 
 SERVE_SYSTEMS = ("crucible", "max", "llama.cpp")
@@ -162,9 +163,7 @@ def write_compare(results: dict[str, list[LoadResult]], info: dict, targets: lis
     path = out_dir / "serve.json"
     data = {"config": asdict(cfg), "versions": versions, "targets": targets,
             "systems": {s: {"results": [asdict(r) for r in rs], **info.get(s, {})} for s, rs in results.items()}}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(data, indent=1, default=str))
 
     import matplotlib
 

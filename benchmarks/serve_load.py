@@ -19,6 +19,8 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+from crucible.atomic_write import write_text_atomic
+
 TOPICS = ("the history of Paris", "how rainbows form", "the rules of chess", "why the sea is salty",
           "how bread rises", "the life of a honeybee", "what makes a good story", "how computers add numbers")
 
@@ -179,6 +181,4 @@ def write_json(path: Path, system: str, results: list[LoadResult], extra: dict) 
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.loads(path.read_text()) if path.exists() else {"systems": {}}
     data["systems"][system] = {"results": [asdict(r) for r in results], **extra}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(data, indent=1))

@@ -205,6 +205,7 @@ def cmd_bench_threads(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from benchmarks.thread_tuning import ThreadBenchConfig, format_summary, run_thread_bench
+    from crucible.atomic_write import write_text_atomic
     from crucible.versions import version_matrix
 
     cfg = ThreadBenchConfig(model=args.model, context=args.context, steps=args.steps, sessions=args.sessions,
@@ -214,9 +215,8 @@ def cmd_bench_threads(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "threads.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"config": cfg.__dict__, "summary": summary, "versions": version_matrix("cpu")}, indent=1))
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps({"config": cfg.__dict__, "summary": summary,
+                                        "versions": version_matrix("cpu")}, indent=1))
     print(f"wrote {path}")
     return 0
 

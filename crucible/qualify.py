@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from crucible.atomic_write import write_text_atomic
 from crucible.versions import describe_cpu
 
 RECORD_VERSION = 1
@@ -208,7 +209,5 @@ def write_record(record: dict, out_dir: Path) -> Path:
     path = out_dir / "qualification.json"
     for target, text in ((path, json.dumps(record, indent=1, sort_keys=True, default=str)),
                          (out_dir / "qualification.md", to_markdown(record))):
-        tmp = target.with_suffix(target.suffix + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(target)
+        write_text_atomic(target, text)
     return path
