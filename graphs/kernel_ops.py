@@ -37,7 +37,7 @@ def matmul(x: TensorValue, w: TensorValue, variant: MatmulVariant = "auto") -> T
     Args:
         x: [M, K] activations.
         w: [N, K] weights (nn.Linear layout).
-        variant: CPU ``auto|gemv|gemm``; GPU ``auto|tiled|tensor_core``.
+        variant: CPU ``auto|gemv|gemm``; GPU ``auto|tiled|tensor_core|gemv``.
 
     Returns:
         [M, N] in x's dtype.

@@ -8,14 +8,22 @@
 #                time. Fragments are gathered from shared memory in the PTX register layout.
 #                NVIDIA only (sm_80+): AMD's MFMA shapes and layouts differ, so on HIP "auto" runs
 #                tiled and an explicit tensor_core request is an error.
-# Both handle any M, N, K by zero-filling out-of-range tile elements.
+#   gemv         one warp per weight row (output column) and per group of up to 8 rows of x: lanes read
+#                the row in 16-byte vectors, coalesced, and the warp reduces. For decode (M <= 8) each
+#                weight is read once and every SM has rows to stream; the 64x64 tiles above give one
+#                row of x only N / 64 blocks with 63 of their 64 rows idle (h200-2026-12-04b: M=1
+#                K=N=4096 bf16 read 63 GB/s). Any M is correct (W is re-read per 8 rows of x).
+#                Not picked by "auto" until an H200 run has checked and timed it (none yet).
+# All handle any M, N, K: the tiles zero-fill out-of-range elements, gemv falls back to scalar loads
+# when K or a base address does not allow 16-byte vectors.
 
 from std.memory import stack_allocation
-from max.gpu import barrier, block_idx, lane_id, thread_idx
+from max.gpu import WARP_SIZE, barrier, block_idx, lane_id, thread_idx
 from max.gpu.compute.mma import mma
 from max.gpu.host import DeviceContext
 from max.gpu.memory import AddressSpace
-from std.sys import is_nvidia_gpu
+from max.gpu.primitives.warp import sum as warp_sum
+from std.sys import is_nvidia_gpu, size_of
 
 from .common import F32, Ptr, ceil_div
 
@@ -23,6 +31,9 @@ comptime TILE = 64        # block tile (both variants), rows and columns
 comptime TK_TILED = 16
 comptime TK_TC = 32
 comptime SMEM_PAD = 8     # keeps rows of the shared tiles on different banks
+comptime GEMV_WARPS = 8   # weight rows (warps) per block
+comptime GEMV_MGROUP = 8  # rows of x per warp
+comptime GEMV_UNROLL = 4  # weight vectors each lane loads before using them
 
 
 def _matmul_tiled_kernel[dtype: DType](
@@ -147,6 +158,45 @@ def _matmul_tc_body[dtype: DType](
                         y[unsafe_offset=rr * n_ + c + 1] = v[2 * h + 1].cast[dtype]()
 
 
+def _matmul_gemv_kernel[dtype: DType, VEC: Int](
+    y: Ptr[dtype], x: Ptr[dtype], w: Ptr[dtype], M: Int32, N: Int32, K: Int32
+):
+    # Warp wi of block (bx, by) owns weight row n = bx * GEMV_WARPS + wi and rows m0 .. m0 + 7 of x.
+    # Lane l reads VEC consecutive elements at k = (l + WARP_SIZE * i) * VEC, so a warp reads
+    # WARP_SIZE * VEC contiguous elements per step; x rows are small and stay in L1/L2.
+    var lane = Int(lane_id())
+    var n = Int(block_idx.x) * GEMV_WARPS + Int(thread_idx.x) // WARP_SIZE
+    var m0 = Int(block_idx.y) * GEMV_MGROUP
+    var m_ = Int(M)
+    var n_ = Int(N)
+    var k_ = Int(K)
+    if n >= n_:
+        return
+    var rows = min(GEMV_MGROUP, m_ - m0)
+    var acc = Array[SIMD[F32, VEC], GEMV_MGROUP](fill=SIMD[F32, VEC](0))
+    # The alignment tells the compiler a vector is one 16-byte load (the launcher checked it), not
+    # VEC two-byte ones. GEMV_UNROLL weight loads are issued before their FMAs: more bytes in flight.
+    comptime ALIGN = VEC * size_of[dtype]()
+    comptime STEP = WARP_SIZE * VEC
+    var k = lane * VEC
+    while k < k_:
+        var wv = Array[SIMD[F32, VEC], GEMV_UNROLL](fill=SIMD[F32, VEC](0))
+        comptime for u in range(GEMV_UNROLL):
+            if k + u * STEP < k_:
+                wv[u] = w.unsafe_load[width=VEC, alignment=ALIGN](n * k_ + k + u * STEP).cast[F32]()
+        comptime for u in range(GEMV_UNROLL):
+            if k + u * STEP < k_:
+                comptime for m in range(GEMV_MGROUP):
+                    if m < rows:
+                        var xv = x.unsafe_load[width=VEC, alignment=ALIGN]((m0 + m) * k_ + k + u * STEP)
+                        acc[m] = xv.cast[F32]().fma(wv[u], acc[m])
+        k += GEMV_UNROLL * STEP
+    comptime for m in range(GEMV_MGROUP):
+        var total = warp_sum(acc[m].reduce_add())
+        if lane == 0 and m < rows:
+            y[unsafe_offset=(m0 + m) * n_ + n] = total.cast[dtype]()
+
+
 def matmul_gpu[dtype: DType, variant: StaticString](
     y: Ptr[dtype], x: Ptr[dtype], w: Ptr[dtype], M: Int, N: Int, K: Int, ctx: DeviceContext
 ) raises:
@@ -154,9 +204,22 @@ def matmul_gpu[dtype: DType, variant: StaticString](
     comptime use_tc = variant == "tensor_core" or (
         variant == "auto" and (dtype == DType.bfloat16 or dtype == DType.float16)
     )
-    comptime assert variant == "auto" or variant == "tiled" or variant == "tensor_core", (
-        "crucible.matmul on GPU: variant must be auto, tiled or tensor_core"
+    comptime assert variant == "auto" or variant == "tiled" or variant == "tensor_core" or variant == "gemv", (
+        "crucible.matmul on GPU: variant must be auto, tiled, tensor_core or gemv"
     )
+    comptime if variant == "gemv":
+        # 16-byte vectors need K and both base addresses to keep every row start 16-byte aligned.
+        comptime VEC = 16 // size_of[dtype]()
+        var gemv_grid = (ceil_div(N, GEMV_WARPS), ceil_div(M, GEMV_MGROUP))
+        if K % VEC == 0 and Int(x) % 16 == 0 and Int(w) % 16 == 0:
+            ctx.enqueue_function[_matmul_gemv_kernel[dtype, VEC]](
+                y, x, w, Int32(M), Int32(N), Int32(K), grid_dim=gemv_grid, block_dim=GEMV_WARPS * WARP_SIZE
+            )
+        else:
+            ctx.enqueue_function[_matmul_gemv_kernel[dtype, 1]](
+                y, x, w, Int32(M), Int32(N), Int32(K), grid_dim=gemv_grid, block_dim=GEMV_WARPS * WARP_SIZE
+            )
+        return
     var grid = (ceil_div(N, TILE), ceil_div(M, TILE))
     var nvidia = ctx.api() == "cuda"
     comptime if use_tc:

@@ -18,6 +18,9 @@ from crucible.conformance.harness import CaseResult, Harness, result, round_bf16
 from crucible.conformance.matmul_checks import QTYPES, check_matmul, check_qmatmul, matmul_graph, qmatmul_graph
 from crucible.conformance.tolerance import U32, UBF16, error_ratio
 
+# Every GPU matmul variant is checked over the whole grid, each its own output of one graph per dtype.
+GPU_MATMUL_VARIANTS = {"float32": ("tiled", "gemv"), "bfloat16": ("auto", "tiled", "tensor_core", "gemv")}
+
 __all__ = [
     "ATTENTION_CASES", "LAYER", "LAYERS", "PAGE_SIZE", "QTYPES", "attention_graphs", "check_attention", "check_elementwise",
     "check_embedding", "check_matmul", "check_probes", "check_qkv_rope_write", "check_qmatmul", "compile_all",
@@ -168,8 +171,8 @@ def compile_all(h: Harness) -> list[str]:
     if h.target == "cpu":
         matmul_graph(h, "float32", ("auto", "gemm", "gemv"))
     else:
-        matmul_graph(h, "float32", ("tiled",))
-        matmul_graph(h, "bfloat16", ("auto", "tiled", "tensor_core"))
+        matmul_graph(h, "float32", GPU_MATMUL_VARIANTS["float32"])
+        matmul_graph(h, "bfloat16", GPU_MATMUL_VARIANTS["bfloat16"])
     for qtype in QTYPES:
         qmatmul_graph(h, qtype)
     embedding_graph(h)
@@ -189,8 +192,8 @@ def run_all(h: Harness) -> list[CaseResult]:
     if h.target == "cpu":
         results += check_matmul(h, "float32", ("auto", "gemm", "gemv"))
     else:
-        results += check_matmul(h, "float32", ("tiled",))
-        results += check_matmul(h, "bfloat16", ("auto", "tiled", "tensor_core"))
+        results += check_matmul(h, "float32", GPU_MATMUL_VARIANTS["float32"])
+        results += check_matmul(h, "bfloat16", GPU_MATMUL_VARIANTS["bfloat16"])
     for qtype in QTYPES:
         results += check_qmatmul(h, qtype)
     results += check_elementwise(h, "float32")
