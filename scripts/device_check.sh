@@ -8,6 +8,12 @@
 #   call 1: carry part-00, build/kernels-<hash>, .whl/gguf-*.whl:  mkdir -p /tmp/stage && cp .devstage/...part-00 /tmp/stage/
 #   call 2: carry part-01:  cp .devstage/...part-01 /tmp/stage/ && bash scripts/device_check.sh --bench-only
 # A call that reports "warm": false found a fresh machine: /tmp/stage is gone, start again from call 1.
+# Untested idea for the grid (312 of its 330 s were compiling): compile its graphs here for a virtual
+# sm_90a into .gpu-cache and carry that in call 2 (6 MB once the Mojo transform cache is dropped):
+#   MODULAR_CACHE_DIR=$PWD/.gpu-cache .venv/bin/python -m crucible.conformance.gpu_compile --api cuda \
+#     --arch sm_90a && rm -rf .gpu-cache/.mojo_cache
+# The script then points MAX's cache there; conformance.json's compile_seconds says whether the H200
+# reused those graphs.
 # Learned on an H200 (2026-12-04): the conformance grid takes ~330 s, so the benchmark needs a call of
 # its own (a call runs at most 600 s and /tmp/stage stays only while the machine is warm: ~30 s idle).
 # Every call copies the working tree too, and the carry limit (64 MiB) counts it: with 60 MiB stage parts,
@@ -49,6 +55,10 @@ fi
 if ! python3 -c "import av" 2>/dev/null && [[ ! -e /tmp/extra/av/__init__.py ]]; then
   mkdir -p /tmp/extra/av
   echo '# stand-in for PyAV on the GPU machine (scripts/device_check.sh): video inputs are not used' > /tmp/extra/av/__init__.py
+fi
+if [[ -d .gpu-cache ]]; then
+  export MODULAR_CACHE_DIR="$PWD/.gpu-cache"
+  echo "[device_check] MAX's cache: the carried .gpu-cache"
 fi
 export PYTHONPATH="$PWD:$site:/tmp/extra" MAX_SERVE_DISABLE_TELEMETRY=1 PYTHONUNBUFFERED=1
 # The newest build, should more than one have been carried.
