@@ -18,8 +18,15 @@ import time
 import traceback
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from crucible.atomic_write import write_text_atomic
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from benchmarks.kernel_row import Row
+    from benchmarks.kernels import KernelBench
 
 
 def main(out: str) -> int:
@@ -85,8 +92,16 @@ def main(out: str) -> int:
     return 0 if all(v["ok"] for v in status.values()) else 1
 
 
-def attention_only(b, log) -> list:
-    """Only the attention rows of the benchmark: for a call with too little time for the whole run."""
+def attention_only(b: KernelBench, log: Callable[[str], None]) -> list[Row]:
+    """Only the attention rows of the benchmark: for a call with too little time for the whole run.
+
+    Args:
+        b: the GPU benchmark, probed here (its read ceiling) and given the attention rows.
+        log: progress lines; each also rewrites kernels-partial.json.
+
+    Returns:
+        The rows, the Llama-3-8B decode target (4096 cached tokens) first.
+    """
     from benchmarks.kernels import LLAMA3_8B, SMOLLM2
 
     b.probe()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU device check, run ON the lent GPU machine after the three MAX stage parts
+# GPU device check, run ON the lent GPU machine after the MAX stage parts
 # (../shared/device/stage-max.sh) were copied to /tmp/stage, from the repository root, with the
 # prebuilt kernel package (build/) and the gguf wheel (.whl/) carried along. Writes to $OUT (or ./device-out).
 #   bash scripts/device_check.sh [--bench-only | --conformance-only | --attention-only]
