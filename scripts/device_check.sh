@@ -13,7 +13,8 @@
 #   MODULAR_CACHE_DIR=$PWD/.gpu-cache .venv/bin/python -m crucible.conformance.gpu_compile --api cuda \
 #     --arch sm_90a && rm -rf .gpu-cache/.mojo_cache
 # The script then points MAX's cache there; conformance.json's compile_seconds says whether the H200
-# reused those graphs.
+# reused those graphs. Here, a second virtual-sm_90a compile of all 18 graphs with only that 6 MB cache
+# (.max_cache, .mogg_cache) took 17 s instead of 272 s.
 # Learned on an H200 (2026-12-04): the conformance grid takes ~330 s, so the benchmark needs a call of
 # its own (a call runs at most 600 s and /tmp/stage stays only while the machine is warm: ~30 s idle).
 # Every call copies the working tree too, and the carry limit (64 MiB) counts it: with 60 MiB stage parts,
