@@ -18,8 +18,12 @@ from crucible.conformance.harness import CaseResult, Harness, result, round_bf16
 from crucible.conformance.matmul_checks import QTYPES, check_matmul, check_qmatmul, matmul_graph, qmatmul_graph
 from crucible.conformance.tolerance import U32, UBF16, error_ratio
 
-# Every GPU matmul variant is checked over the whole grid, each its own output of one graph per dtype.
-GPU_MATMUL_VARIANTS = {"float32": ("tiled", "gemv"), "bfloat16": ("auto", "tiled", "tensor_core", "gemv")}
+# Every matmul variant of a target is checked over the whole grid, each its own output of one graph per
+# dtype: {target: {dtype: variants}}.
+MATMUL_VARIANTS = {
+    "cpu": {"float32": ("auto", "gemm", "gemv")},
+    "gpu": {"float32": ("tiled", "gemv"), "bfloat16": ("auto", "tiled", "tensor_core", "gemv")},
+}
 
 __all__ = [
     "ATTENTION_CASES", "LAYER", "LAYERS", "PAGE_SIZE", "QTYPES", "attention_graphs", "check_attention", "check_elementwise",
@@ -168,11 +172,8 @@ def check_probes(h: Harness) -> list[CaseResult]:
 
 def compile_all(h: Harness) -> list[str]:
     """Builds (without running) every graph run_all would use on the harness's target."""
-    if h.target == "cpu":
-        matmul_graph(h, "float32", ("auto", "gemm", "gemv"))
-    else:
-        matmul_graph(h, "float32", GPU_MATMUL_VARIANTS["float32"])
-        matmul_graph(h, "bfloat16", GPU_MATMUL_VARIANTS["bfloat16"])
+    for dtype, variants in MATMUL_VARIANTS[h.target].items():
+        matmul_graph(h, dtype, variants)
     for qtype in QTYPES:
         qmatmul_graph(h, qtype)
     embedding_graph(h)
@@ -189,11 +190,8 @@ def compile_all(h: Harness) -> list[str]:
 def run_all(h: Harness) -> list[CaseResult]:
     """The whole grid for the harness's target (the dtypes each target supports)."""
     results: list[CaseResult] = []
-    if h.target == "cpu":
-        results += check_matmul(h, "float32", ("auto", "gemm", "gemv"))
-    else:
-        results += check_matmul(h, "float32", GPU_MATMUL_VARIANTS["float32"])
-        results += check_matmul(h, "bfloat16", GPU_MATMUL_VARIANTS["bfloat16"])
+    for dtype, variants in MATMUL_VARIANTS[h.target].items():
+        results += check_matmul(h, dtype, variants)
     for qtype in QTYPES:
         results += check_qmatmul(h, qtype)
     results += check_elementwise(h, "float32")
