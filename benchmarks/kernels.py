@@ -183,9 +183,6 @@ class KernelBench:
                    "max": self._call(self.graphs.matmul("max", dt), [xb, wb])}
         if self.target == "cpu":
             systems["numpy"] = lambda: x @ w.T
-        elif m <= 8:
-            # The GPU decode variant, timed beside auto (tiled / tensor_core) until auto picks it.
-            systems["crucible_gemv"] = self._call(self.graphs.matmul("crucible", dt, "gemv"), [xb, wb])
         elem = 4 if self.target == "cpu" else 2
         row = Row("matmul", model.name, {"M": m, "K": k, "N": n}, name, str(dt), self.target,
                   2.0 * m * k * n, float(elem * (n * k + m * k + m * n)))

@@ -8,13 +8,11 @@
 #   call 1: carry part-00, build/kernels-<hash>, .whl/gguf-*.whl:  mkdir -p /tmp/stage && cp .devstage/...part-00 /tmp/stage/
 #   call 2: carry part-01:  cp .devstage/...part-01 /tmp/stage/ && bash scripts/device_check.sh --bench-only
 # A call that reports "warm": false found a fresh machine: /tmp/stage is gone, start again from call 1.
-# Untested idea for the grid (312 of its 330 s were compiling): compile its graphs here for a virtual
-# sm_90a into .gpu-cache and carry that in call 2 (6 MB once the Mojo transform cache is dropped):
-#   MODULAR_CACHE_DIR=$PWD/.gpu-cache .venv/bin/python -m crucible.conformance.gpu_compile --api cuda \
-#     --arch sm_90a && rm -rf .gpu-cache/.mojo_cache
-# The script then points MAX's cache there; conformance.json's compile_seconds says whether the H200
-# reused those graphs. Here, a second virtual-sm_90a compile of all 18 graphs with only that 6 MB cache
-# (.max_cache, .mogg_cache) took 17 s instead of 272 s.
+# Every graph costs 15-25 s to compile on the H200 (its grid: 19 graphs, 352 s), so with 900 s a session
+# runs about one grid and one partial benchmark. Next session (the split-K attention is checked, untimed):
+# call 2 with --attention-only, then a call with --bench-only; the grid only after a kernel change.
+# Tried on an H200 (2026-12-04, third session): carrying MAX's graph cache from a virtual sm_90a compile
+# here (MODULAR_CACHE_DIR) saved nothing; the device compiled every graph again (352 s for the grid).
 # Learned on an H200 (2026-12-04): the conformance grid takes ~330 s, so the benchmark needs a call of
 # its own (a call runs at most 600 s and /tmp/stage stays only while the machine is warm: ~30 s idle).
 # Every call copies the working tree too, and the carry limit (64 MiB) counts it: with 60 MiB stage parts,
@@ -56,10 +54,6 @@ fi
 if ! python3 -c "import av" 2>/dev/null && [[ ! -e /tmp/extra/av/__init__.py ]]; then
   mkdir -p /tmp/extra/av
   echo '# stand-in for PyAV on the GPU machine (scripts/device_check.sh): video inputs are not used' > /tmp/extra/av/__init__.py
-fi
-if [[ -d .gpu-cache ]]; then
-  export MODULAR_CACHE_DIR="$PWD/.gpu-cache"
-  echo "[device_check] MAX's cache: the carried .gpu-cache"
 fi
 export PYTHONPATH="$PWD:$site:/tmp/extra" MAX_SERVE_DISABLE_TELEMETRY=1 PYTHONUNBUFFERED=1
 # The newest build, should more than one have been carried.
