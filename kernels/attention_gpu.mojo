@@ -19,6 +19,9 @@
 # sequence lengths (they live on the device): every split gets an equal share of any length.
 # Why share K/V across heads: the previous kernel (one block per query head) read a group's K/V once
 # per query head, 4x the bytes for Llama-3-8B.
+# Checked on an H200 (h200-2026-12-04c: the grid's ragged and paged cases, GQA 1, 3, 4, 8, up to 4095
+# cached keys, all passed); not yet timed there. The kernel it replaced: 618.6 us for the Llama-3-8B
+# decode over 4096 cached keys, MAX 52.8 (h200-2026-12-04b).
 
 from std.math import exp, sqrt
 from std.memory import stack_allocation
