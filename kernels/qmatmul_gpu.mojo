@@ -11,7 +11,7 @@
 # element by element. The 2026-12-04 kernel decoded one value at a time, re-reading the block's scale
 # (and for Q4_1 its offset) for each of the 32 values: 118 us for 4096 x 4096 Q4_0 on an H200.
 # H200 (h200-2026-12-04c, grid passed), M=1 K=N=4096: Q4_0 / Q4_1 118 / 116 -> 90 / 88 us, but Q8_0
-# 116 -> 136 us (32 byte loads and 64 live floats per lane). All read at 5-6% of the H200's rate:
+# 116 -> 136 us (32 byte loads and 64 live floats per lane). All read at 4-6% of the H200's rate:
 # one lane per 18-34-byte block spreads each warp load over 32 blocks. Next: lanes sharing a block.
 
 from std.sys import size_of
