@@ -36,11 +36,11 @@ class GraphSet:
         f32 = DType.float32
         return self.get("empty", [TensorType(f32, [1], device=self.ref)], lambda x: [ops.negate(x.tensor)])
 
-    def matmul(self, system: str, dtype: DType, variant: str = "auto"):
+    def matmul(self, system: str, dtype: DType):
+        """crucible.matmul with the "auto" variant (the one models run), or MAX's ops.matmul."""
         types = [TensorType(dtype, ["m", "k"], device=self.ref), TensorType(dtype, ["n", "k"], device=self.ref)]
         if system == "crucible":
-            key = f"mm_ours_{dtype}" + ("" if variant == "auto" else f"_{variant}")
-            return self.get(key, types, lambda x, w: [K.matmul(x.tensor, w.tensor, variant)])
+            return self.get(f"mm_ours_{dtype}", types, lambda x, w: [K.matmul(x.tensor, w.tensor, "auto")])
         # MAX's best CPU layout: weights stored [N, K] and transposed in the graph (a view).
         return self.get(f"mm_max_{dtype}", types,
                         lambda x, w: [ops.matmul(x.tensor, ops.transpose(w.tensor, 0, 1))])

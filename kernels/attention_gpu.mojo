@@ -43,6 +43,31 @@ comptime TARGET_BLOCKS = 264  # 2 blocks per SM of an H100/H200
 comptime NEG_INF = Float32(-3.0e38)
 
 
+@always_inline
+def _merge_partials[origin: Origin, space: AddressSpace, //](
+    first: Pointer[Float32, origin, address_space=space], n: Int, stride: Int, d: Int,
+) -> Tuple[Float32, Float32, Float32]:
+    """Log-sum-exp merge of n unnormalized partials (m, l, acc[D]) laid `stride` floats apart.
+
+    Returns the merged partial at dim d: (m, l, acc[d]) rescaled to the largest m, so o[d] = acc[d] / l. A partial with l = 0 saw
+    no key and is skipped. Merges the warps of a block (shared memory) and the splits of a token
+    (the global workspace).
+    """
+    var m_all = NEG_INF
+    for s in range(n):
+        if first[unsafe_offset=s * stride + 1] > 0:
+            m_all = max(m_all, first[unsafe_offset=s * stride])
+    var l_all = Float32(0)
+    var o_all = Float32(0)
+    for s in range(n):
+        var ls = first[unsafe_offset=s * stride + 1]
+        if ls > 0:
+            var f = exp(first[unsafe_offset=s * stride] - m_all)
+            l_all += ls * f
+            o_all += first[unsafe_offset=s * stride + 2 + d] * f
+    return (m_all, l_all, o_all)
+
+
 def _attention_split_kernel[dtype: DType, D: Int, VEC: Int](
     o: Ptr[dtype], ws: Ptr[F32], q: Ptr[dtype], k_base: Ptr[dtype], v_base: Ptr[dtype],
     lookup: Ptr[DType.uint32], offsets: Ptr[DType.uint32], cache_lens: Ptr[DType.uint32], B: Int32,
@@ -131,18 +156,7 @@ def _attention_split_kernel[dtype: DType, D: Int, VEC: Int](
     while i < hb * D:
         var r = i // D
         var d = i % D
-        var m_all = NEG_INF
-        for ww in range(WARPS):
-            m_all = max(m_all, part[unsafe_offset=(ww * MAX_HB + r) * (D + 2)])
-        var l_all = Float32(0)
-        var o_all = Float32(0)
-        for ww in range(WARPS):
-            var base = (ww * MAX_HB + r) * (D + 2)
-            var lw = part[unsafe_offset=base + 1]
-            if lw > 0:
-                var f = exp(part[unsafe_offset=base] - m_all)
-                l_all += lw * f
-                o_all += part[unsafe_offset=base + 2 + d] * f
+        var m_all, l_all, o_all = _merge_partials(part.unsafe_offset(r * (D + 2)), WARPS, MAX_HB * (D + 2), d)
         var h = h0 + r
         if n_splits == 1:
             o[unsafe_offset=(t * hq + h) * D + d] = (o_all / l_all).cast[dtype]()
@@ -162,18 +176,7 @@ def _attention_merge_kernel[dtype: DType, D: Int](o: Ptr[dtype], ws: Ptr[F32], H
     var d = Int(thread_idx.x)
     var n_splits = Int(S)
     var row = ws.unsafe_offset((t * Int(Hq) + h) * n_splits * (D + 2))
-    var m_all = NEG_INF
-    for s in range(n_splits):
-        if row[unsafe_offset=s * (D + 2) + 1] > 0:
-            m_all = max(m_all, row[unsafe_offset=s * (D + 2)])
-    var l_all = Float32(0)
-    var o_all = Float32(0)
-    for s in range(n_splits):
-        var ls = row[unsafe_offset=s * (D + 2) + 1]
-        if ls > 0:
-            var f = exp(row[unsafe_offset=s * (D + 2)] - m_all)
-            l_all += ls * f
-            o_all += row[unsafe_offset=s * (D + 2) + 2 + d] * f
+    var _m, l_all, o_all = _merge_partials(row, n_splits, D + 2, d)
     o[unsafe_offset=(t * Int(Hq) + h) * D + d] = (o_all / l_all).cast[dtype]()
 
 
@@ -185,7 +188,22 @@ def heads_per_block(ratio: Int) -> Int:
     return hb
 
 
-def _launch_split[dtype: DType, D: Int, VEC: Int](
+def _launch_split[dtype: DType, D: Int](
+    o: Ptr[dtype], ws: Ptr[F32], q: Ptr[dtype], kv: KVView[dtype], offsets: Ptr[DType.uint32],
+    cache_lens: Ptr[DType.uint32], has_cache: Bool, T: Int, B: Int, Hq: Int, Hkv: Int, hb: Int,
+    n_splits: Int, ctx: DeviceContext,
+) raises:
+    """Enqueues the split kernel with 16-byte key loads, or scalar ones when a key row is not aligned."""
+    comptime VEC = 16 // size_of[dtype]()
+    var aligned = (Int(kv.base()) % 16 == 0 and Int(kv.v_base()) % 16 == 0 and kv.slot_stride % VEC == 0
+                   and kv.head_stride % VEC == 0 and (not kv.paged or kv.page_stride % VEC == 0))
+    if aligned:
+        _enqueue_split[dtype, D, VEC](o, ws, q, kv, offsets, cache_lens, has_cache, T, B, Hq, Hkv, hb, n_splits, ctx)
+    else:
+        _enqueue_split[dtype, D, 1](o, ws, q, kv, offsets, cache_lens, has_cache, T, B, Hq, Hkv, hb, n_splits, ctx)
+
+
+def _enqueue_split[dtype: DType, D: Int, VEC: Int](
     o: Ptr[dtype], ws: Ptr[F32], q: Ptr[dtype], kv: KVView[dtype], offsets: Ptr[DType.uint32],
     cache_lens: Ptr[DType.uint32], has_cache: Bool, T: Int, B: Int, Hq: Int, Hkv: Int, hb: Int,
     n_splits: Int, ctx: DeviceContext,
@@ -206,25 +224,14 @@ def attention_gpu[dtype: DType, D: Int](
     comptime assert D % WARP_SIZE == 0 and D <= MAX_D, "GPU attention needs head_dim a multiple of the warp size, <= 256"
     var hb = heads_per_block(Hq // Hkv)
     var n_splits = max(1, min(MAX_SPLITS, ceil_div(TARGET_BLOCKS, T * (Hq // hb))))
-    # 16-byte key loads need every key row 16-byte aligned: base addresses and row strides.
-    comptime VEC = 16 // size_of[dtype]()
-    var aligned = (Int(kv.base()) % 16 == 0 and Int(kv.v_base()) % 16 == 0 and kv.slot_stride % VEC == 0
-                   and kv.head_stride % VEC == 0 and (not kv.paged or kv.page_stride % VEC == 0))
     if n_splits == 1:
         # No workspace: the blocks write o. (ws is never read then; o's address stands in for it.)
-        var no_ws = rebind[Ptr[F32]](o)
-        if aligned:
-            _launch_split[dtype, D, VEC](o, no_ws, q, kv, offsets, cache_lens, has_cache, T, B, Hq, Hkv, hb, 1, ctx)
-        else:
-            _launch_split[dtype, D, 1](o, no_ws, q, kv, offsets, cache_lens, has_cache, T, B, Hq, Hkv, hb, 1, ctx)
+        _launch_split[dtype, D](o, rebind[Ptr[F32]](o), q, kv, offsets, cache_lens, has_cache, T, B, Hq, Hkv, hb, 1, ctx)
         return
     # ws: [T, Hq, S, D + 2] fp32 partials, released in stream order after the merge is enqueued.
     var ws = ctx.enqueue_create_buffer[F32](T * Hq * n_splits * (D + 2))
     var ws_ptr = rebind[Ptr[F32]](ws.unsafe_ptr())
-    if aligned:
-        _launch_split[dtype, D, VEC](o, ws_ptr, q, kv, offsets, cache_lens, has_cache, T, B, Hq, Hkv, hb, n_splits, ctx)
-    else:
-        _launch_split[dtype, D, 1](o, ws_ptr, q, kv, offsets, cache_lens, has_cache, T, B, Hq, Hkv, hb, n_splits, ctx)
+    _launch_split[dtype, D](o, ws_ptr, q, kv, offsets, cache_lens, has_cache, T, B, Hq, Hkv, hb, n_splits, ctx)
     ctx.enqueue_function[_attention_merge_kernel[dtype, D]](
         o, ws_ptr, Int32(Hq), Int32(n_splits), grid_dim=(T, Hq), block_dim=D,
     )

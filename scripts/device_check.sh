@@ -8,8 +8,10 @@
 #   call 1: carry part-00, build/kernels-<hash>, .whl/gguf-*.whl:  mkdir -p /tmp/stage && cp .devstage/...part-00 /tmp/stage/
 #   call 2: carry part-01:  cp .devstage/...part-01 /tmp/stage/ && bash scripts/device_check.sh --bench-only
 # A call that reports "warm": false found a fresh machine: /tmp/stage is gone, start again from call 1.
-# Every graph costs 15-25 s to compile on the H200 (its grid: 19 graphs, 352 s), so with 900 s a session
-# runs about one grid and one partial benchmark. Next session (the split-K attention is checked, untimed):
+# Every graph costs 15-25 s to compile on the H200 (its grid: 19 graphs, 352 s one after another), so
+# with 900 s a session ran about one grid and one partial benchmark. Since 2026-12-04 (fourteenth
+# session) the grid's graphs compile first in one worker process per CPU (precompile.py); its run
+# then loads them from MAX's cache. Untried on the GPU machine: expect ~1-2 min if that holds. Next session (the split-K attention is checked, untimed):
 # call 2 with --attention-only, then a call with --bench-only; the grid only after a kernel change.
 # Tried on an H200 (2026-12-04, third session): carrying MAX's graph cache from a virtual sm_90a compile
 # here (MODULAR_CACHE_DIR) saved nothing; the device compiled every graph again (352 s for the grid).

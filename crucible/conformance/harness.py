@@ -58,9 +58,11 @@ class Harness:
     Args:
         target: ``cpu`` or ``gpu`` (the first accelerator).
         compile_only: Compile graphs without loading them (virtual GPU devices cannot run).
+        only: Build only these graph keys; `model` returns None for the others (used to spread a
+            grid's graphs over worker processes, see precompile.py). None builds every graph.
     """
 
-    def __init__(self, target: Target, compile_only: bool = False) -> None:
+    def __init__(self, target: Target, compile_only: bool = False, only: frozenset[str] | None = None) -> None:
         from max.engine import InferenceSession
         from max.graph import DeviceRef
 
@@ -72,13 +74,20 @@ class Harness:
         self.ref = DeviceRef.CPU() if target == "cpu" else DeviceRef.GPU()
         self.session = InferenceSession(devices=[self.device])
         self.kernels = kernel_package()
+        self.only = only
         self._models: dict[str, object] = {}
         self.compile_seconds: dict[str, float] = {}
+        # Every key asked for, built or not, in first-asked order.
+        self.requested: list[str] = []
 
     def model(self, key: str, input_types: Sequence[object], build: Callable[..., Sequence[object]]):
         """Returns the compiled graph `key`, building it with `build(*graph_inputs)` on first use."""
         from max.graph import Graph
 
+        if key not in self.requested:
+            self.requested.append(key)
+        if self.only is not None and key not in self.only:
+            return None
         if key not in self._models:
             start = time.perf_counter()
             with Graph(key, input_types=list(input_types), custom_extensions=[self.kernels.path]) as g:

@@ -1,0 +1,37 @@
+"""precompile.py's bookkeeping, without compiling: which graphs a grid builds, and that asking builds none.
+
+The parallel compile itself runs in test_gpu_compile.py (every GPU graph, two workers in CI).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from crucible.conformance.checks import compile_all
+from crucible.conformance.harness import Harness
+from crucible.conformance.precompile import VirtualGPU, graph_keys
+
+CPU_GRAPHS = [
+    "matmul_float32_auto_gemm_gemv", "qmatmul_q4_0", "qmatmul_q4_1", "qmatmul_q8_0", "qmatmul_f16", "embedding",
+    "elementwise_float32", "attention_ragged_float32_64", "attention_paged_64", "attention_ragged_float32_128",
+    "attention_paged_128", "qkv_rope_write_64", "qkv_rope_write_128", "probes",
+]
+
+
+def test_graph_keys_lists_the_cpu_grid_and_compiles_nothing(cpu_harness: Harness) -> None:
+    compiled_before = dict(cpu_harness.compile_seconds)
+    assert graph_keys(cpu_harness, compile_all) == CPU_GRAPHS
+    assert cpu_harness.compile_seconds == compiled_before
+    assert cpu_harness.only is None  # restored: the harness builds every graph again
+
+
+def test_only_skips_the_other_graphs() -> None:
+    h = Harness("cpu", compile_only=True, only=frozenset())
+    compile_all(h)
+    assert h.compile_seconds == {}
+    assert h.requested == CPU_GRAPHS
+
+
+def test_virtual_gpu_rejects_an_unknown_api() -> None:
+    with pytest.raises(ValueError, match="cuda or hip"):
+        VirtualGPU("metal", "m3")
