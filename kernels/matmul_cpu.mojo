@@ -50,7 +50,9 @@ from .common import BytePtr, FW, F32, Ptr, ceil_div, cpu_threads, parallel_for, 
 from .quant import HALF, QBLOCK, block_bytes, decode_block
 from .shuffles import transpose_tile
 
-comptime MR = 6           # micro-tile rows (broadcast x values)
+# Micro-tile rows (broadcast x values): 6, or 5 where the compiler's schedule for the target spills
+# the 6-row tile's accumulators (see "On that host the micro tile spills" below).
+comptime MR = 5 if CompilationTarget._is_arch["rocketlake"]() else 6
 # Micro-tile vectors per row: MR * NV accumulators + NV panel loads + 1 broadcast must fit the vector
 # registers, 32 with AVX-512 (6 x 4: 24 + 4 + 1) and 16 with AVX2 (6 x 2: 12 + 2 + 1, BLIS's Haswell tile).
 comptime NV = 4 if FW == 16 else 2
@@ -64,7 +66,7 @@ comptime NR = NV * FW     # micro-tile columns
 # (MAX 46557-46663). KC = 128 stays where it was measured best: the first AVX-512 host (Zen 5 class),
 # before x was packed and C prefetched; not re-measured there since.
 comptime KC = 384 if FW != 16 or CompilationTarget._is_arch["znver4"]() else 128
-comptime MC = 96          # m-block of packed x, MC x KC (48 / 144 KB), stays in L2; a multiple of MR
+comptime MC = 100 if MR == 5 else 96  # m-block of packed x, MC x KC (48 / 144 KB), stays in L2; a multiple of MR
 # n-block packed per task: KC x NC x 4 = 64 KB, or 192 KB with KC = 384 (L2 holds it beside x's
 # block on Zen 3 / Zen 4 / Zen 5: 512 KB / 1 MB / 1 MB). 128 rather than 256: twice the tasks
 # for the two workers' shared counter, so a worker slowed by the host's other load takes fewer
@@ -84,8 +86,10 @@ comptime NC = 128
 # loop has none, so its 240 GFLOP/s per core overstates the in-op loop there). Built for znver4,
 # znver5 or sapphirerapids the FMA loops have no stack access. MR = 5 (MC = 100) cuts the spills to
 # 40 and gains there (in-graph, us: M=512 K=N=1536 7576 -> 7331, 8 of 8, MAX 6854; M=300 4308 ->
-# 4290, 5/5; M=64 K=576 N=1536 567 -> 560, 4/5), but that is a fix for one mis-detected VM model
-# with fewer FMAs per load everywhere else, so MR stays 6. A rolled k loop (no unroll by FW) has no
+# 4290, 5/5; M=64 K=576 N=1536 567 -> 560, 4/5). Taken for that target since 2026-12-04 (fourteenth
+# session; KC is per-target already): the same A/B again, M=512 9010 -> 8716 us (8 of 8, MAX 8034:
+# 0.89x -> 0.92x), M=64 709 -> 697 (6 of 6), M=1 K=N=4096 (gemv, untouched) 1466 -> 1461. Every other
+# target keeps MR = 6 (more FMAs per load, no spills there). A rolled k loop (no unroll by FW) has no
 # stack access on any of those targets and was faster standalone (median 7492 -> 7335 us) but slower
 # in a graph, 7239 -> 7365 (0 of 8; MAX 6529).
 comptime GEMV_MAX_M = 8
