@@ -1,4 +1,4 @@
-"""benchmarks/kernel_ab.py configuration, statistics and report, without running a model."""
+"""benchmarks/kernel_ab.py (and matmul_ab.py) configuration, statistics and report, without running a model."""
 
 from __future__ import annotations
 
@@ -45,3 +45,12 @@ def test_report_names_both_builds_and_the_ratio() -> None:
     assert "A /tmp/old/kernels (kernel build aaaa): median 10.00 ms" in text
     assert "B kernels (kernel build bbbb): median 8.50 ms" in text
     assert "B / A step time: 0.850; B faster in 2 of 2 rounds" in text
+
+
+def test_matmul_ab_rejects_empty_shapes_before_loading_anything(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.matmul_ab import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["0", "64", "64", "a", "b"])
+    assert exc.value.code == 2
+    assert "must be >= 1" in capsys.readouterr().err
