@@ -25,6 +25,7 @@ The table, JSON and plot are benchmarks/kernel_report.py.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -72,9 +73,12 @@ class KernelBench:
         target: ``cpu`` or ``gpu``.
         quick: SmolLM2 shapes and the speed-target rows only.
         block_s: Seconds per timing block (benchmarks/timing.py); smaller for short device leases.
+        prebuild: None to run the rows. Otherwise a dry run that compiles the graphs whose name it
+            accepts into MAX's cache and times nothing real (bench_precompile.py); its rows are void.
     """
 
-    def __init__(self, target: Target, quick: bool = False, block_s: float = 0.15) -> None:
+    def __init__(self, target: Target, quick: bool = False, block_s: float = 0.15,
+                 prebuild: Callable[[str], bool] | None = None) -> None:
         from max.engine import InferenceSession
         from max.graph import DeviceRef
 
@@ -87,7 +91,7 @@ class KernelBench:
         self.device = max_device(target)
         self.ref = DeviceRef.CPU() if target == "cpu" else DeviceRef.GPU()
         self.session = InferenceSession(devices=[self.device])
-        self.graphs = GraphSet(self.session, self.ref, kernel_package().path, {})
+        self.graphs = GraphSet(self.session, self.ref, kernel_package().path, {}, prebuild)
         self.rng = np.random.default_rng(0)
         self.rows: list[Row] = []
         self.extra: dict[str, float | str] = {}
@@ -95,7 +99,8 @@ class KernelBench:
         self.skipped: list[str] = []
         # MAX's runtime threads get the priorities our models run with (graphs/cpu_threads.py), for
         # every system alike: they are process-wide, so MAX's ops and numpy run under them too.
-        self.threads = CpuThreadTuner(target == "cpu")
+        # (Not in a dry run: it finds MAX's threads by watching real executions.)
+        self.threads = CpuThreadTuner(target == "cpu" and prebuild is None)
 
     # -- helpers -------------------------------------------------------------------------------
     def _buf(self, a: np.ndarray):
@@ -126,6 +131,8 @@ class KernelBench:
     def _probe_call(self) -> tuple[callable, int]:
         if not hasattr(self, "_probe"):
             n = (64 << 20) if self.target == "cpu" else (1 << 30)  # 256 MB / 4 GB, far beyond the LLC
+            if self.graphs.prebuild is not None:
+                n = 1 << 10  # a dry run times nothing; 16 workers x 4 GB would crowd the host's memory
             self._probe = (self._call(self.graphs.bandwidth(), [self._buf(np.ones(n, np.float32))]), n * 4)
         return self._probe
 

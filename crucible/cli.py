@@ -7,6 +7,7 @@ Subcommand handlers import their heavy dependencies (MAX, torch) lazily so that 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -151,7 +152,6 @@ def cmd_bench_serve(args: argparse.Namespace) -> int:
 
 def cmd_bench_kernels(args: argparse.Namespace) -> int:
     """Runs the kernel benchmark, prints the table and the speed targets, writes JSON and a PNG."""
-    import os
     from pathlib import Path
 
     # numpy's OpenBLAS workers spin after every call and steal the cores from the next system timed
@@ -163,6 +163,11 @@ def cmd_bench_kernels(args: argparse.Namespace) -> int:
     from benchmarks.kernels import KernelBench
     from crucible.versions import version_matrix
 
+    if args.jobs > 1:
+        from benchmarks.bench_precompile import precompile_bench
+
+        # Graphs compile side by side first (one process compiles one at a time); the run loads them.
+        precompile_bench(args.target, args.quick, args.jobs, log=lambda msg: print(msg, flush=True))
     bench = KernelBench(args.target, quick=args.quick)
     rows = bench.run(log=lambda msg: print(msg, flush=True))
     print(format_table(rows))
@@ -296,6 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=["cpu", "gpu"], default="cpu")
     p.add_argument("--out", default="bench-out", help="folder for kernels.json and kernels.png")
     p.add_argument("--quick", action="store_true", help="SmolLM2 shapes and the speed-target rows only")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                   help="processes compiling the graphs before the run (default: one per CPU; 1: compile as rows go)")
     p.set_defaults(func=cmd_bench_kernels)
     p = bench_sub.add_parser("e2e", help="batch-1 prefill/decode: crucible vs MAX's pipeline vs llama.cpp")
     p.add_argument("--model", default="smollm2-135m", help="registry name or GGUF file")

@@ -10,8 +10,10 @@
 # A call that reports "warm": false found a fresh machine: /tmp/stage is gone, start again from call 1.
 # Every graph costs 15-25 s to compile on the H200 (its grid: 19 graphs, 352 s one after another), so
 # with 900 s a session ran about one grid and one partial benchmark. Since 2026-12-04 (fourteenth
-# session) the grid's graphs compile first in one worker process per CPU (precompile.py); its run
-# then loads them from MAX's cache. Untried on the GPU machine: expect ~1-2 min if that holds. Next session (the split-K attention is checked, untimed):
+# session) the grid's graphs and the benchmark's compile first in one worker process per CPU
+# (crucible/conformance/precompile.py, benchmarks/bench_precompile.py); the runs then load them from
+# MAX's cache. Untried on the GPU machine: if it holds, grid and benchmark fit one call; try
+# `--conformance-only` first after a kernel change, else the plain run (grid, then benchmark). Next session (the split-K attention is checked, untimed):
 # call 2 with --attention-only, then a call with --bench-only; the grid only after a kernel change.
 # Tried on an H200 (2026-12-04, third session): carrying MAX's graph cache from a virtual sm_90a compile
 # here (MODULAR_CACHE_DIR) saved nothing; the device compiled every graph again (352 s for the grid).

@@ -28,18 +28,37 @@ class _BenchThatRunsOutOfTime:
         raise TimeoutError("out of time")
 
 
-def test_bench_rows_survive_a_run_cut_short(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(autouse=True)
+def precompile_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """The parallel compiles are recorded, not run (they would spawn MAX processes)."""
+    calls: list[tuple] = []
+
+    def fake_bench(target: str, quick: bool, jobs: int) -> dict:
+        calls.append(("bench", target, quick, jobs))
+        return {"graphs": [], "workers": jobs, "seconds": 0.0}
+
+    monkeypatch.setattr("benchmarks.bench_precompile.precompile_bench", fake_bench)
+    monkeypatch.setattr("crucible.conformance.precompile.precompile",
+                        lambda h, build_all, jobs: calls.append(("grid", jobs)) or {})
+    return calls
+
+
+def test_bench_rows_survive_a_run_cut_short(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            precompile_calls: list[tuple]) -> None:
     monkeypatch.setattr(benchmarks.kernels, "KernelBench", _BenchThatRunsOutOfTime)
     monkeypatch.setattr(sys, "argv", ["device_check.py", str(tmp_path), "--bench-only"])
     assert device_check.main(str(tmp_path)) == 1  # the bench step failed and says so
     status = json.loads((tmp_path / "status.json").read_text())
     assert "conformance" not in status and status["bench"]["ok"] is False
+    # The graphs were compiled side by side before the rows ran.
+    assert [c[:3] for c in precompile_calls] == [("bench", "gpu", True)] and status["bench_precompile"]["ok"]
     partial = json.loads((tmp_path / "kernels-partial.json").read_text())
     assert [r["shape"]["N"] for r in partial["rows"]] == [1, 2]
     assert partial["extra"]["read_bandwidth_gbps"] == 2374.5
 
 
-def test_conformance_only_skips_the_bench(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_conformance_only_skips_the_bench(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         precompile_calls: list[tuple]) -> None:
     import crucible.conformance.checks as checks
 
     monkeypatch.setattr(checks, "run_all", lambda h: [])
@@ -48,6 +67,7 @@ def test_conformance_only_skips_the_bench(tmp_path: Path, monkeypatch: pytest.Mo
     device_check.main(str(tmp_path))
     status = json.loads((tmp_path / "status.json").read_text())
     assert "bench" not in status and status["conformance"]["result"] == {"cases": 0, "failed": 0}
+    assert [c[0] for c in precompile_calls] == ["grid"]
 
 
 class _AttentionOnlyBench(_BenchThatRunsOutOfTime):

@@ -46,3 +46,20 @@ def test_overhead_chain_runs_every_op(graphs, parallel: bool) -> None:
     model = graphs.overhead_chain(9, parallel)
     y = model.execute(Buffer.from_numpy(np.array([0.5], np.float32)))[0].to_numpy()
     assert y.tolist() == [9.5]
+
+
+def test_prebuild_compiles_only_the_accepted_graphs_and_runs_none(graphs) -> None:
+    from benchmarks.kernel_graphs import GraphSet, NotRun
+
+    graphs.bandwidth()  # loaded for real first, so the prebuild below finds it in MAX's cache
+    asked: list[str] = []
+
+    def accept(name: str) -> bool:
+        asked.append(name)
+        return name == "read_bandwidth"
+
+    pre = GraphSet(graphs.session, graphs.ref, graphs.kernels, {}, prebuild=accept)
+    compiled, skipped = pre.bandwidth(), pre.empty()
+    assert isinstance(compiled, NotRun) and isinstance(skipped, NotRun)
+    assert asked == ["read_bandwidth", "empty"]
+    assert compiled.execute(np.ones(4, np.float32)) == []
