@@ -49,14 +49,17 @@ class VirtualGPU:
 
 
 def graph_keys(h: Harness, build_all: Callable[[Harness], object]) -> list[str]:
-    """The keys of the graphs `build_all(h)` would build, found without building any."""
-    saved = h.only
-    h.only = frozenset()
+    """The keys of the graphs `build_all(h)` would build, in its order, found without building any."""
+    saved_only, saved_requested = h.only, h.requested
+    # A fresh list: a shared harness has already been asked for graphs, in its tests' order.
+    h.only, h.requested = frozenset(), []
     try:
         build_all(h)
+        keys = list(h.requested)
     finally:
-        h.only = saved
-    return list(h.requested)
+        h.only = saved_only
+        h.requested = saved_requested + [k for k in h.requested if k not in saved_requested]
+    return keys
 
 
 # One harness per worker process, made by the pool's initializer (a worker's own state, not shared).
