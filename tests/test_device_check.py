@@ -67,7 +67,7 @@ def test_conformance_only_skips_the_bench(tmp_path: Path, monkeypatch: pytest.Mo
     device_check.main(str(tmp_path))
     status = json.loads((tmp_path / "status.json").read_text())
     assert "bench" not in status and status["conformance"]["result"] == {"cases": 0, "failed": 0}
-    assert [c[0] for c in precompile_calls] == ["grid"]
+    assert [c[0] for c in precompile_calls] == ["grid"] and status["grid_precompile"]["ok"]
 
 
 class _AttentionOnlyBench(_BenchThatRunsOutOfTime):
@@ -97,3 +97,20 @@ def test_attention_only_runs_just_the_attention_rows(tmp_path: Path, monkeypatch
     # The speed-target row (Llama-3-8B decode over 4096 cached tokens) comes first.
     assert partial["rows"][0]["model"] == "llama-3-8b" and partial["rows"][0]["shape"] == {"new": 1, "cached": 4096}
     assert {r["op"] for r in partial["rows"]} == {"attention_paged"}
+
+
+def test_a_failed_grid_precompile_is_reported_and_the_grid_still_runs(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import crucible.conformance.checks as checks
+
+    def broken(h, build_all, jobs):
+        raise RuntimeError("worker died")
+
+    monkeypatch.setattr("crucible.conformance.precompile.precompile", broken)
+    monkeypatch.setattr(checks, "run_all", lambda h: [])
+    monkeypatch.setattr("crucible.conformance.harness.Harness", lambda target: type("H", (), {"compile_seconds": {}})())
+    monkeypatch.setattr(sys, "argv", ["device_check.py", str(tmp_path), "--conformance-only"])
+    assert device_check.main(str(tmp_path)) == 1  # not silent: the run's status says a step failed
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert status["grid_precompile"]["ok"] is False and "worker died" in status["grid_precompile"]["error"]
+    assert status["conformance"]["ok"] is True
