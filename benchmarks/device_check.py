@@ -59,12 +59,9 @@ def main(out: str) -> int:
         from crucible.conformance.precompile import precompile
 
         h = Harness("gpu")
-        try:
-            # The graphs compile side by side in worker processes; run_all then loads them from the cache.
-            status["grid_precompile"] = {"ok": True, "result": precompile(h, compile_all, jobs=os.cpu_count() or 1)}
-        except Exception as exc:  # noqa: BLE001 - the grid still compiles its graphs as it goes, only slower
-            status["grid_precompile"] = {"ok": False, "error": repr(exc), "trace": traceback.format_exc()[-6000:]}
-            print(f"[grid precompile] FAILED, compiling graph by graph: {exc!r}", flush=True)
+        # The graphs compile side by side in worker processes; run_all then loads them from the cache.
+        # A failed precompile is its own failed step, and the grid compiles its graphs as it goes.
+        step("grid_precompile", lambda: precompile(h, compile_all, jobs=os.cpu_count() or 1))
         results = run_all(h)
         (out_dir / "conformance.json").write_text(json.dumps(
             {"results": [asdict(r) for r in results], "compile_seconds": h.compile_seconds}, indent=1))
@@ -81,12 +78,9 @@ def main(out: str) -> int:
         from benchmarks.kernel_report import format_table, write_report
         from benchmarks.kernels import KernelBench
 
-        try:
-            # The graphs compile side by side first; the rows below load them from MAX's cache.
-            status["bench_precompile"] = {"ok": True, "result": precompile_bench("gpu", True, os.cpu_count() or 1)}
-        except Exception as exc:  # noqa: BLE001 - the rows still compile as they go, only slower
-            status["bench_precompile"] = {"ok": False, "error": repr(exc), "trace": traceback.format_exc()[-6000:]}
-            print(f"[bench precompile] FAILED, compiling row by row: {exc!r}", flush=True)
+        # The graphs compile side by side first; the rows below load them from MAX's cache (or, if
+        # that step failed, compile as they go).
+        step("bench_precompile", lambda: precompile_bench("gpu", True, os.cpu_count() or 1))
         b = KernelBench("gpu", quick=True, block_s=0.03)
 
         def log(message: str) -> None:
