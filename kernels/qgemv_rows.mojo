@@ -33,26 +33,50 @@ comptime PREFETCH_BYTES = 4096
 # per op: act=q8 331.4 -> 352.8 us (faster in 2 of 8), act=f32 457.2 -> 468.2 (2 of 8); not enabled
 # there. Other hosts keep PREFETCH_BYTES alone.
 comptime FAR_PREFETCH = CompilationTarget._is_arch["znver4"]()
+# The Intel Xeon VM (AVX-512 VNNI, "rocketlake" to Mojo, 2 MB L2 per core): the two distances for the
+# batch-1 int8 pair rows only (act = "q8", M = 1, Q4; far_prefetch[int8_pairs=True]). Whole op,
+# 4096 x 4096 copies, both cores, profile_qmatmul, 14 alternating runs, medians (minimums) per op:
+# act=q8 Q4_0 342 (293) -> 312 (251) us, Q4_1 341 (295) -> 289 (251); act=f32, compute-bound there
+# (1.0 ns per block on one core vs 0.6-0.7 for q8), lost: Q4_0 356 -> 384, Q4_1 354 -> 379. 2 KB /
+# 16 KB and 512 B / 8 KB measured the same as 1 KB / 8 KB for q8.
+comptime FAR_PREFETCH_INT8 = FAR_PREFETCH or CompilationTarget._is_arch["rocketlake"]()
 comptime FAR_MIN_TASK_BYTES = 1 << 20
 comptime FAR_L1_BYTES = 1024   # distance of the prefetch into L1
 comptime FAR_L2_BYTES = 8192   # distance of the prefetch into L2
 
 
-def far_prefetch(task_bytes: Int) -> Bool:
-    """Whether a decode task streaming `task_bytes` of weights takes the two-distance prefetch."""
-    return FAR_PREFETCH and task_bytes >= FAR_MIN_TASK_BYTES
+def far_prefetch[int8_pairs: Bool = False](task_bytes: Int) -> Bool:
+    """Whether a decode task streaming `task_bytes` of weights takes the two-distance prefetch.
+
+    int8_pairs: the task runs the batch-1 int8 pair rows (FAR_PREFETCH_INT8), else FAR_PREFETCH.
+    """
+    comptime allowed = FAR_PREFETCH_INT8 if int8_pairs else FAR_PREFETCH
+    return allowed and task_bytes >= FAR_MIN_TASK_BYTES
+
+
+@always_inline
+def prefetch_stream[far: Bool](p: BytePtr):
+    """Prefetches the weight stream ahead of `p`, the distance form fixed at compile time: far, the two
+    distances (far_prefetch), else PREFETCH_BYTES. The batch-1 int8 pair rows are compiled for both
+    forms and the task picks one (qmatmul_cpu._q8_pairs): on the Intel VM a run-time `far` test in a
+    row kernel's loop cost ~8% by its presence alone (f32 group rows, whole op 348 -> 384 us with
+    far false at run time; the int8 pair rows lost likewise at 4096 x 576)."""
+    comptime if far:
+        prefetch[PrefetchOptions().for_read().high_locality()](p.unsafe_offset(FAR_L1_BYTES))
+        prefetch[PrefetchOptions().for_read().medium_locality()](p.unsafe_offset(FAR_L2_BYTES))
+    elif PREFETCH_BYTES > 0:
+        prefetch[PrefetchOptions().for_read().high_locality()](p.unsafe_offset(PREFETCH_BYTES))
 
 
 @always_inline
 def prefetch_ahead(p: BytePtr, far: Bool = False):
-    """Prefetches the weight stream ahead of `p`; far: the two-distance form (far_prefetch)."""
+    """Prefetches the weight stream ahead of `p`; far: the two-distance form (far_prefetch), tested at
+    run time only where FAR_PREFETCH holds."""
     comptime if FAR_PREFETCH:
         if far:
-            prefetch[PrefetchOptions().for_read().high_locality()](p.unsafe_offset(FAR_L1_BYTES))
-            prefetch[PrefetchOptions().for_read().medium_locality()](p.unsafe_offset(FAR_L2_BYTES))
+            prefetch_stream[True](p)
             return
-    comptime if PREFETCH_BYTES > 0:
-        prefetch[PrefetchOptions().for_read().high_locality()](p.unsafe_offset(PREFETCH_BYTES))
+    prefetch_stream[False](p)
 
 
 def block_sums(x: Ptr[F32], nb: Int, xsum: Ptr[F32]):

@@ -47,7 +47,7 @@ from .qdot_int8 import (
     OCTETS, PAIR, PAIR_LANES, SIGNED_Q8, I8Ptr, dot_i8_i8, dot_u8_i8, dot_u8_i8_x2, dot_u8_i8_x2_fold, octet_dot,
     octet_floats, octet_nibbles, octet_scales,
 )
-from .qgemv_rows import prefetch_ahead
+from .qgemv_rows import prefetch_ahead, prefetch_stream
 from .qpair_bytes import NIBBLE_PERM, group_headers, pair_nibbles
 from .quant import HALF, QBLOCK, block_bytes, block_d, block_scales, header_bytes
 
@@ -202,9 +202,9 @@ def _pair_scale[L: Int, a: Int, b: Int, W: Int](v: SIMD[F32, W]) -> SIMD[F32, L]
 
 
 @always_inline
-def _pair_group[qtype: StaticString, NP: Int](
+def _pair_group[qtype: StaticString, NP: Int, FAR: Bool](
     blk: BytePtr, xq: I8Ptr, xs: Ptr[F32], dx: Ptr[F32], cx: Ptr[DType.int32],
-    mut acc: Array[SIMD[F32, PAIR_LANES], NP], mut off: SIMD[F32, 4 * NP], far: Bool = False,
+    mut acc: Array[SIMD[F32, PAIR_LANES], NP], mut off: SIMD[F32, 4 * NP],
 ):
     # NP (1 or 2) consecutive block pairs of one weight row from `blk` on; xq, xs, cx point at the first
     # pair's x data and dx at its first block's scale (qdot_int8.mojo, block pairs). All 2 NP headers are
@@ -214,9 +214,9 @@ def _pair_group[qtype: StaticString, NP: Int](
     comptime L = PAIR_LANES
     comptime q4_1 = qtype == "q4_1"
     comptime per_block = 2 if q4_1 else 1  # lanes per block in prod
-    prefetch_ahead(blk, far)
+    prefetch_stream[FAR](blk)
     comptime if NP * 2 * bb > 64:
-        prefetch_ahead(blk.unsafe_offset(64), far)
+        prefetch_stream[FAR](blk.unsafe_offset(64))
     # prod: Q4_1 (d dx, m sx) per block; Q4_0 d dx per block. With NIBBLE_PERM the headers and the
     # first pair's nibbles come from one 64-byte window of the group (qpair_bytes.mojo).
     var prod: SIMD[F32, 2 * NP * per_block]
@@ -248,9 +248,8 @@ def _pair_group[qtype: StaticString, NP: Int](
 
 
 @always_inline
-def _octet[qtype: StaticString](
+def _octet[qtype: StaticString, FAR: Bool](
     blk: BytePtr, xq: I8Ptr, xo: Ptr[F32], co: Ptr[DType.int32], mut acc: SIMD[F32, 8], mut moff: SIMD[F32, 8],
-    far: Bool = False,
 ):
     # 8 consecutive blocks of one weight row from `blk` on (4 block pairs; qdot_int8.mojo, block octets);
     # xq points at the first pair's qx2 bytes, xo / co at the octet's x data. acc += the blocks'
@@ -260,7 +259,7 @@ def _octet[qtype: StaticString](
     comptime q4_1 = qtype == "q4_1"
     comptime head = header_bytes[qtype]()
     comptime for i in range(0, 8 * bb, 64):
-        prefetch_ahead(blk.unsafe_offset(i), far)
+        prefetch_stream[FAR](blk.unsafe_offset(i))
     var w_lo = Array[SIMD[DType.uint8, 32], 4](fill=SIMD[DType.uint8, 32](0))
     var w_hi = Array[SIMD[DType.uint8, 32], 4](fill=SIMD[DType.uint8, 32](0))
     octet_nibbles[qtype](blk, w_lo, w_hi)
@@ -275,10 +274,9 @@ def _octet[qtype: StaticString](
 
 
 @always_inline
-def qgemv_row_q8_pairs[qtype: StaticString](
+def qgemv_row_q8_pairs[qtype: StaticString, FAR: Bool = False](
     qx2: I8Ptr, xs2: Ptr[F32], cx2: Ptr[DType.int32], xo: Ptr[F32], co: Ptr[DType.int32],
     qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], w: BytePtr, row_bytes: Int, y: Ptr[F32], n: Int, K: Int,
-    far: Bool = False,
 ):
     # y[n] = x . dequant(W[n, :]) for one x row (Q4_0/Q4_1, act = "q8"), two blocks per dot product
     # (qdot_int8.mojo, block pairs). With OCTETS (AVX2 without VNNI) whole octets of 8 blocks go
@@ -300,8 +298,8 @@ def qgemv_row_q8_pairs[qtype: StaticString](
         var acc8 = SIMD[F32, 8](0)
         var moff = SIMD[F32, 8](0)
         while p + 4 <= np:
-            _octet[qtype](row.unsafe_offset(2 * p * bb), qx2.unsafe_offset(p * PAIR), xo.unsafe_offset((p // 4) * XO),
-                          co.unsafe_offset((p // 4) * 8), acc8, moff, far)
+            _octet[qtype, FAR](row.unsafe_offset(2 * p * bb), qx2.unsafe_offset(p * PAIR), xo.unsafe_offset((p // 4) * XO),
+                          co.unsafe_offset((p // 4) * 8), acc8, moff)
             p += 4
         total = acc8.reduce_add() + moff.reduce_add()
     # GROUPS groups of 4 blocks per step, each into its own accumulators: with one group a step
@@ -319,15 +317,15 @@ def qgemv_row_q8_pairs[qtype: StaticString](
             acc_u[0] = accs[2 * u]
             acc_u[1] = accs[2 * u + 1]
             var off_u = offs[u]
-            _pair_group[qtype, 2](row.unsafe_offset(2 * pu * bb), qx2.unsafe_offset(pu * PAIR), xs2.unsafe_offset(4 * pu),
-                                  dx.unsafe_offset(2 * pu), cx2.unsafe_offset(pu * L), acc_u, off_u, far)
+            _pair_group[qtype, 2, FAR](row.unsafe_offset(2 * pu * bb), qx2.unsafe_offset(pu * PAIR), xs2.unsafe_offset(4 * pu),
+                                  dx.unsafe_offset(2 * pu), cx2.unsafe_offset(pu * L), acc_u, off_u)
             accs[2 * u] = acc_u[0]
             accs[2 * u + 1] = acc_u[1]
             offs[u] = off_u
         p += 2 * GROUPS
     while p + 2 <= np:
-        _pair_group[qtype, 2](row.unsafe_offset(2 * p * bb), qx2.unsafe_offset(p * PAIR), xs2.unsafe_offset(4 * p),
-                              dx.unsafe_offset(2 * p), cx2.unsafe_offset(p * L), acc, off, far)
+        _pair_group[qtype, 2, FAR](row.unsafe_offset(2 * p * bb), qx2.unsafe_offset(p * PAIR), xs2.unsafe_offset(4 * p),
+                              dx.unsafe_offset(2 * p), cx2.unsafe_offset(p * L), acc, off)
         p += 2
     comptime for u in range(GROUPS):
         acc[0] += accs[2 * u]
@@ -337,8 +335,8 @@ def qgemv_row_q8_pairs[qtype: StaticString](
         # The odd last pair joins the row's accumulators, so a row ends in one horizontal sum.
         var acc1 = Array[SIMD[F32, L], 1](fill=SIMD[F32, L](0))
         var off1 = SIMD[F32, 4](0)
-        _pair_group[qtype, 1](row.unsafe_offset(2 * p * bb), qx2.unsafe_offset(p * PAIR), xs2.unsafe_offset(4 * p),
-                              dx.unsafe_offset(2 * p), cx2.unsafe_offset(p * L), acc1, off1, far)
+        _pair_group[qtype, 1, FAR](row.unsafe_offset(2 * p * bb), qx2.unsafe_offset(p * PAIR), xs2.unsafe_offset(4 * p),
+                              dx.unsafe_offset(2 * p), cx2.unsafe_offset(p * L), acc1, off1)
         acc[0] += acc1[0]
         off += off1.join(SIMD[F32, 4](0))
     var sum = acc[0] + acc[1]

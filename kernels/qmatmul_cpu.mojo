@@ -30,24 +30,25 @@ from .qdot_int8 import (
 )
 from .qgemv_groups import GROUP_VALUES, GROUP_X, GROUPS_F32, LANES, group_xc, groups_layout, qgemv_row_groups
 from .qgemv_octets import OCTET_VALUES, OCTET_X_BYTES, OCTETS_F32, octet_xo, octets_layout, qgemv_row_octets
-from .qgemv_rows import block_sums, far_prefetch, qgemv_rows
+from .qgemv_rows import FAR_PREFETCH_INT8, block_sums, far_prefetch, qgemv_rows
 from .qgemv_rows_q8 import qgemv_row_q8_mpairs, qgemv_row_q8_pairs, qgemv_rows_q8
 from .quant import QBLOCK, block_bytes
 
 comptime QGEMV_MAX_M = 32
 
 
-def _for_rows[R: Int, RowFn: def(Int, Int, Bool) -> None](
+def _for_rows[R: Int, RowFn: def(Int, Int, Bool) -> None, int8_pairs: Bool = False](
     row: RowFn, N: Int, row_bytes: Int, ctx: DeviceContext
 ) raises:
     """Calls row(n, r, far) for weight rows [n, n + r) covering [0, N): r = R, then single rows at each task's end.
 
     One task under 64 KB of weights (the hand-off costs more than it saves), else two per core, in
-    runs of whole R-row steps. far: whether a task streams enough bytes for the far prefetch.
+    runs of whole R-row steps. far: whether a task streams enough bytes for the far prefetch
+    (int8_pairs: the rows are the batch-1 int8 pairs, which take it on more hosts; far_prefetch).
     """
     var tasks = 1 if N * row_bytes < 65536 else cpu_threads() * 2
     var per = ceil_div(ceil_div(N, tasks), R) * R
-    var far = far_prefetch(per * row_bytes)
+    var far = far_prefetch[int8_pairs](per * row_bytes)
 
     def task(t: Int) {imm row, var per, var far, var N}:
         var n = t * per
@@ -145,9 +146,14 @@ def _q8_pairs[qtype: StaticString](
 
     def row(n: Int, r: Int, far: Bool) {var y, var qx, var dx, var sx, var qx2, var xs2, var cx2, var xo, var co,
                                         var w, var row_bytes, var K}:
-        qgemv_row_q8_pairs[qtype](qx2, xs2, cx2, xo, co, qx, dx, sx, w, row_bytes, y, n, K, far)
+        # The prefetch form is a compile-time parameter of the row kernel (qgemv_rows.prefetch_stream).
+        comptime if FAR_PREFETCH_INT8:
+            if far:
+                qgemv_row_q8_pairs[qtype, FAR=True](qx2, xs2, cx2, xo, co, qx, dx, sx, w, row_bytes, y, n, K)
+                return
+        qgemv_row_q8_pairs[qtype, FAR=False](qx2, xs2, cx2, xo, co, qx, dx, sx, w, row_bytes, y, n, K)
 
-    _for_rows[1](row, N, row_bytes, ctx)
+    _for_rows[1, int8_pairs=True](row, N, row_bytes, ctx)
     qx2.unsafe_free()
     xs2.unsafe_free()
     cx2.unsafe_free()
