@@ -2,7 +2,7 @@
 #
 #   qgemv  M <= 32 (decode, and batched decode up to 32 sequences). Memory-bound on the quantized
 #          bytes. M = 1 streams one weight row at a time (two accumulator chains, software prefetch
-#          4 KB ahead, see PREFETCH_BYTES); the block's scale multiplies the combined products (Q4:
+#          4 KB ahead, see PREFETCH_BYTES; two distances for large tasks on some hosts, far_prefetch); the block's scale multiplies the combined products (Q4:
 #          per-block offset via x's block sums; Q8_0/F16: dot_block, likewise two chains: with one, Q8_0 rows advanced one
 #          block per add latency; in-process A/B: SmolLM2's tied lm_head 49152 x 576 694 -> 578 us,
 #          4096 x 4096 673 -> 416 us; sharing the Q4 rows' loop, one horizontal sum per chain, then
