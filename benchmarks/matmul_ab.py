@@ -1,11 +1,17 @@
-"""One fp32 matmul shape on two kernel builds and MAX's ops.matmul, in one process, interleaved.
+"""One matmul or qmatmul shape on two kernel builds (and MAX's ops.matmul for fp32), in one process, interleaved.
 
     git archive HEAD~1 kernels | tar -x -C /tmp/old        # the kernels before a change
     .venv/bin/python -m benchmarks.matmul_ab 512 1536 1536 --rounds 8 /tmp/old/kernels kernels
+    .venv/bin/python -m benchmarks.matmul_ab 1 4096 4096 --qtype q4_1 --act q8 --copies 8 /tmp/old/kernels kernels
 
 Prints each round's medians (us) for A, B and MAX, then the medians of rounds and in how many rounds
 B beat A. The op-level companion of kernel_ab.py (a whole model's decode): a kernel change is judged
 where the host's drift hits both builds alike (see kernel_ab.py's docstring).
+
+--qtype q4_0 | q4_1 | q8_0 times crucible.qmatmul on weights quantized by the gguf reference (no MAX
+baseline: MAX has no op over GGUF blocks). --copies N (M = 1 only) times a chain of N ops on distinct
+weight copies in one graph (the kernel benchmark's "chain" rows): each op reads its weights from
+memory, one execute overhead per N ops; times are per op.
 """
 
 from __future__ import annotations
@@ -25,9 +31,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("b", type=Path, help="kernel source folder B (after)")
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--block-s", type=float, default=0.15, help="seconds per system per round")
+    p.add_argument("--qtype", choices=("f32", "q4_0", "q4_1", "q8_0"), default="f32",
+                   help="weights: fp32 (crucible.matmul) or GGUF blocks (crucible.qmatmul)")
+    p.add_argument("--act", choices=("f32", "q8"), default="f32", help="crucible.qmatmul's activation variant")
+    p.add_argument("--copies", type=int, default=0, help="a chain of this many ops on distinct weights (M = 1)")
     args = p.parse_args(argv)
     if min(args.m, args.k, args.n, args.rounds) < 1:
         p.error("m, k, n and --rounds must be >= 1")
+    if args.copies < 0 or (args.copies and args.m != 1):
+        p.error("--copies must be >= 0, and chains are decode rows (m = 1)")
+    if args.qtype != "f32" and args.k % 32:
+        p.error("GGUF block weights need k to be a multiple of 32")
+    if args.act != "f32" and args.qtype == "f32":
+        p.error("--act q8 needs --qtype q4_0, q4_1 or q8_0")
 
     from max.driver import Buffer
     from max.dtype import DType
@@ -44,23 +60,41 @@ def main(argv: list[str] | None = None) -> int:
     session = InferenceSession(devices=[dev])
     threads = CpuThreadTuner(True)
     rng = np.random.default_rng(0)
-    # x: [M, K], w: [N, K] (nn.Linear layout), float32.
+    # x: [M, K], w: [N, K] (nn.Linear layout), float32; quantized: [N, K / 32 * block bytes] uint8.
     x = Buffer.from_numpy(rng.standard_normal((args.m, args.k), dtype=np.float32)).to(dev)
-    w = Buffer.from_numpy(rng.standard_normal((args.n, args.k), dtype=np.float32)).to(dev)
+    w_np = rng.standard_normal((args.n, args.k), dtype=np.float32) / np.float32(np.sqrt(args.k))
+    if args.qtype != "f32":
+        from crucible.conformance.reference import quantize
+
+        w_np = quantize(w_np, args.qtype)
+    ws = [Buffer.from_numpy(w_np.copy()).to(dev) for _ in range(max(1, args.copies))]
+    inputs = [x, *ws]
+
+    def graph(graphs: GraphSet, system: str):
+        if args.copies:
+            return graphs.chain(system, args.qtype, args.copies, args.k, w_np.shape, args.act)
+        if args.qtype != "f32":
+            return graphs.qmatmul(args.qtype, args.act)
+        return graphs.matmul(system, DType.float32)
+
+    per_op = max(1, args.copies)
     systems = {}
     for name, folder in (("A", args.a), ("B", args.b)):
         graphs = GraphSet(session, DeviceRef.CPU(), kernel_package(folder.resolve()).path, {})
-        model = graphs.matmul("crucible", DType.float32)
-        systems[name] = lambda model=model: threads.execute(lambda: model.execute(x, w))
-    max_model = graphs.matmul("max", DType.float32)
-    systems["max"] = lambda: threads.execute(lambda: max_model.execute(x, w))
+        model = graph(graphs, "crucible")
+        systems[name] = lambda model=model: threads.execute(lambda: model.execute(*inputs))
+    if args.qtype == "f32":
+        max_model = graph(graphs, "max")
+        systems["max"] = lambda: threads.execute(lambda: max_model.execute(*inputs))
 
     per_round: dict[str, list[float]] = {s: [] for s in systems}
-    print(f"fp32 matmul M={args.m} K={args.k} N={args.n}, us per call, A={args.a} B={args.b}", flush=True)
+    what = "fp32 matmul" if args.qtype == "f32" else f"qmatmul {args.qtype} act={args.act}"
+    chain = f", chains of {args.copies} copies, us per op" if args.copies else ", us per call"
+    print(f"{what} M={args.m} K={args.k} N={args.n}{chain}, A={args.a} B={args.b}", flush=True)
     for r in range(args.rounds):
         t = time_interleaved(systems, block_s=args.block_s)
         for s in systems:
-            per_round[s].append(t[s].median * 1e6)
+            per_round[s].append(t[s].median * 1e6 / per_op)
         print(r, {s: round(v[-1], 1) for s, v in per_round.items()}, flush=True)
     print("medians of rounds (us):", {s: round(float(np.median(v)), 1) for s, v in per_round.items()})
     wins = sum(b < a for a, b in zip(per_round["A"], per_round["B"]))

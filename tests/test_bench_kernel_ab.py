@@ -54,3 +54,18 @@ def test_matmul_ab_rejects_empty_shapes_before_loading_anything(capsys: pytest.C
         main(["0", "64", "64", "a", "b"])
     assert exc.value.code == 2
     assert "must be >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["2", "4096", "64", "a", "b", "--qtype", "q4_0", "--copies", "4"], "chains are decode rows"),
+    (["1", "4096", "64", "a", "b", "--copies", "-1"], "--copies must be >= 0"),
+    (["1", "100", "64", "a", "b", "--qtype", "q4_1"], "multiple of 32"),
+    (["1", "4096", "64", "a", "b", "--act", "q8"], "--act q8 needs"),
+])
+def test_matmul_ab_rejects_bad_qmatmul_runs(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.matmul_ab import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
