@@ -50,6 +50,7 @@ from std.sys.info import CompilationTarget
 from .common import BytePtr, F32, Ptr
 from .qdot_int8 import dot_u8_i8_x2
 from .qgemv_rows import block_sums, prefetch_ahead
+from .qpair_bytes import opaque_indices, opaque_perm, permute_bytes
 from .quant import QBLOCK, block_bytes, decode_block, header_bytes
 
 comptime GROUPS_F32 = CompilationTarget.has_avx512f() and CompilationTarget._has_feature["avx512bw"]()
@@ -61,6 +62,12 @@ comptime GROUP_X = 6       # 64-byte vectors per group in groups_layout's xp: pa
 comptime A_MAX = 127.0     # |A|, |B|, |C| <= A_MAX: int8
 comptime PART_SCALE = 254  # B = the rest of x / s below A's rounding, times 254; C = the rest below B's, times 254
 comptime X_UNIT = Float32(PART_SCALE * PART_SCALE)  # x / s = (A 254^2 + B 254 + C) / 254^2
+
+
+def byte_perm[qtype: StaticString]() -> Bool:
+    """Whether the group rows' word permutes run as hidden byte permutes (VBMI; Q4_0 on Intel, see
+    qpair_bytes.OPAQUE_PERM): vpermt2w / vpermw are 3 / 2 uops there, vpermt2b / vpermb one each."""
+    return CompilationTarget._has_feature["avx512vbmi"]() and opaque_perm[qtype]()
 
 
 def group_xc[qtype: StaticString]() -> Int:
@@ -213,6 +220,14 @@ def _set_m_mask(i: Int) -> SIMD[DType.bool, 32]:
     return mask
 
 
+def _word_bytes(words: SIMD[DType.int16, 32]) -> SIMD[DType.uint8, 64]:
+    """The byte indices of a word permute: byte 2 i + j <- byte 2 words[i] + j."""
+    var idx = SIMD[DType.uint8, 64](0)
+    for i in range(64):
+        idx[i] = UInt8(2 * Int(words[i // 2]) + i % 2)
+    return idx
+
+
 comptime _PACKED_PERM[qtype: StaticString] = _packed_perm[qtype]()
 comptime _HEADER_PERM[qtype: StaticString] = _header_perm[qtype]()
 comptime _SET_HEADER_PERM[qtype: StaticString, i: Int] = _set_header_perm[qtype, i]()
@@ -248,8 +263,14 @@ def _group_products[qtype: StaticString](
     prefetch_ahead(blk.unsafe_offset(64), far)
     var win0 = bitcast[DType.int16, 32](blk.unsafe_load[width=64](0))
     var win1 = bitcast[DType.int16, 32](blk.unsafe_offset(4 * bb - 64).unsafe_load[width=64](0))
-    var words = bitcast[DType.uint16, 32](
-        llvm_intrinsic["llvm.x86.avx512.vpermi2var.hi.512", SIMD[DType.int16, 32]](win0, _PACKED_PERM[qtype], win1))
+    var words: SIMD[DType.uint16, 32]
+    comptime if byte_perm[qtype]():
+        comptime idx = _word_bytes(_PACKED_PERM[qtype])
+        words = bitcast[DType.uint16, 32](llvm_intrinsic["llvm.x86.avx512.vpermi2var.qi.512", SIMD[DType.uint8, 64]](
+            bitcast[DType.uint8, 64](win0), opaque_indices[True](idx), bitcast[DType.uint8, 64](win1)))
+    else:
+        words = bitcast[DType.uint16, 32](
+            llvm_intrinsic["llvm.x86.avx512.vpermi2var.hi.512", SIMD[DType.int16, 32]](win0, _PACKED_PERM[qtype], win1))
     # Byte i of the packed 64: low nibble = value i % 16 of block i // 16, high nibble value 16 + i % 16.
     var lo = bitcast[DType.uint8, 64](words & UInt16(0x0F0F))
     var hi = bitcast[DType.uint8, 64]((words >> UInt16(4)) & UInt16(0x0F0F))
@@ -268,8 +289,11 @@ def _group_products[qtype: StaticString](
 
 
 @always_inline
-def _permute_words(window: SIMD[DType.int16, 32], perm: SIMD[DType.int16, 32]) -> SIMD[DType.int16, 32]:
-    """vpermw: word i of the result is window[perm[i] % 32]."""
+def _permute_words[qtype: StaticString, perm: SIMD[DType.int16, 32]](window: SIMD[DType.int16, 32]) -> SIMD[DType.int16, 32]:
+    """Word i of the result is window[perm[i] % 32]: vpermw, or a hidden vpermb where byte_perm."""
+    comptime if byte_perm[qtype]():
+        comptime idx = _word_bytes(perm)
+        return bitcast[DType.int16, 32](permute_bytes[True](bitcast[DType.uint8, 64](window), idx))
     return llvm_intrinsic["llvm.x86.avx512.permvar.hi.512", SIMD[DType.int16, 32]](window, perm)
 
 
@@ -282,7 +306,7 @@ def _lone_group[qtype: StaticString](
     comptime bb = block_bytes[qtype]()
     var r = _group_products[qtype](row.unsafe_offset(g * GROUP_BLOCKS * bb), xp.unsafe_offset(g * GROUP_X * LANES),
                                    xc.unsafe_offset(g * group_xc[qtype]() * LANES), far)
-    var heads = bitcast[DType.float16, 32](_permute_words(r[1], _HEADER_PERM[qtype]))
+    var heads = bitcast[DType.float16, 32](_permute_words[qtype, _HEADER_PERM[qtype]](r[1]))
     var d_part = heads.slice[LANES, offset=0]().cast[F32]().fma(r[0], acc)
     comptime if qtype == "q4_1":
         return (d_part, heads.slice[LANES, offset=LANES]().cast[F32]().fma(xs.unsafe_load[width=LANES](g * LANES), acc_m))
@@ -324,7 +348,7 @@ def qgemv_row_groups[qtype: StaticString](
                 var gi = g + i
                 var r = _group_products[qtype](row.unsafe_offset(gi * GROUP_BLOCKS * bb), xp.unsafe_offset(gi * GROUP_X * LANES),
                                                xc.unsafe_offset(gi * group_xc[qtype]() * LANES), far)
-                var heads = _permute_words(r[1], _SET_HEADER_PERM[qtype, i])
+                var heads = _permute_words[qtype, _SET_HEADER_PERM[qtype, i]](r[1])
                 acc = bitcast[DType.float16, 32](heads).slice[LANES, offset=0]().cast[F32]().fma(r[0], acc)
                 m_words = _SET_M_MASK[i].select(heads, m_words)
             var m = bitcast[DType.float16, 32](m_words).slice[LANES, offset=LANES]().cast[F32]()

@@ -9,6 +9,7 @@
 
 from std.memory import bitcast
 from std.sys import llvm_intrinsic
+from std.sys._assembly import inlined_assembly
 from std.sys.info import CompilationTarget
 
 from .common import BytePtr
@@ -53,15 +54,45 @@ def _nibble_matrix() -> SIMD[DType.uint8, 64]:
 comptime _NIBBLE_MATRIX = _nibble_matrix()
 
 
-@always_inline
-def _permute_bytes(window: SIMD[DType.uint8, 64], perm: SIMD[DType.uint8, 64]) -> SIMD[DType.uint8, 64]:
-    """vpermb: byte i of the result is window[perm[i] % 64]."""
-    return llvm_intrinsic["llvm.x86.avx512.permvar.qi.512", SIMD[DType.uint8, 64]](window, perm)
+# LLVM rewrites a vpermb whose constant indices move whole words or dwords into vpermw or vpermd
+# (and a two-source byte or word permute likewise). For Q4_0 (18-byte blocks: every run of bytes starts
+# on an even offset) that is vpermw / vpermt2w: 2 / 3 uops on Intel against one for vpermb / vpermt2b.
+# On Intel, Q4_0's indices are therefore hidden from the optimizer (an empty asm statement, hoisted out
+# of the loops as any pure value), so the byte permutes run. Q4_1's 20-byte blocks give dword
+# permutes, one uop, which measured faster than the byte form there. The Intel Xeon VM ("rocketlake"),
+# profile_qmatmul, 128 x 4096, one core cache-resident, 8 alternating runs, medians, ns per block:
+# Q4_0 act=q8 rows 0.712 -> 0.642, f32 group rows 1.027 -> 0.993; the whole op, both cores, us:
+# act=q8 410 -> 314, act=f32 344 -> 328. In a graph (benchmarks/matmul_ab.py, chains of 8 copies,
+# medians of rounds, us per op): 4096 x 4096 act=q8 279.7 -> 262.8 (faster in 12 of 12; builds
+# swapped: 285.7 -> 266.7, 10 of 10), act=f32 358.5 -> 353.1 (11 of 12); 1536 x 576 act=q8 31.0 ->
+# 30.0 (9 of 10). Q4_1 with the byte form lost (0.637 -> 0.671, 0.982 -> 1.036):
+# it keeps LLVM's choice, as AMD Zen 4 / Zen 5 do for both (their measurements, qgemv_rows_q8.mojo's
+# header, were made with it).
+comptime OPAQUE_PERM = not (CompilationTarget._is_arch["znver4"]() or CompilationTarget._is_arch["znver5"]())
+
+
+def opaque_perm[qtype: StaticString]() -> Bool:
+    """Whether qtype's permute indices are hidden from the optimizer: Q4_0 where OPAQUE_PERM."""
+    return OPAQUE_PERM and qtype == "q4_0"
 
 
 @always_inline
-def _nibbles_vbmi(window: SIMD[DType.uint8, 64], perm: SIMD[DType.uint8, 64]) -> SIMD[DType.uint8, 64]:
-    var ab = _permute_bytes(window, perm)
+def opaque_indices[hide: Bool](perm: SIMD[DType.uint8, 64]) -> SIMD[DType.uint8, 64]:
+    """perm itself; with hide, through an empty asm statement the optimizer cannot see into."""
+    comptime if hide:
+        return inlined_assembly["", SIMD[DType.uint8, 64], constraints="=v,0", has_side_effect=False](perm)
+    return perm
+
+
+@always_inline
+def permute_bytes[hide: Bool](window: SIMD[DType.uint8, 64], perm: SIMD[DType.uint8, 64]) -> SIMD[DType.uint8, 64]:
+    """vpermb: byte i of the result is window[perm[i] % 64]; hide: opaque_indices."""
+    return llvm_intrinsic["llvm.x86.avx512.permvar.qi.512", SIMD[DType.uint8, 64]](window, opaque_indices[hide](perm))
+
+
+@always_inline
+def _nibbles_vbmi[hide: Bool](window: SIMD[DType.uint8, 64], perm: SIMD[DType.uint8, 64]) -> SIMD[DType.uint8, 64]:
+    var ab = permute_bytes[hide](window, perm)
     return llvm_intrinsic["llvm.x86.vgf2p8affineqb.512", SIMD[DType.uint8, 64]](ab, _NIBBLE_MATRIX, Int8(0))
 
 
@@ -88,7 +119,7 @@ def group_headers[qtype: StaticString, NP: Int, H: DType](blk: BytePtr, win0: SI
     comptime bb = block_bytes[qtype]()
     comptime head = header_bytes[qtype]()
     comptime if NIBBLE_PERM and NP == 2:
-        var words = bitcast[H, 64 // head](_permute_bytes(win0, _HEADER_PERM[qtype]))
+        var words = bitcast[H, 64 // head](permute_bytes[opaque_perm[qtype]()](win0, _HEADER_PERM[qtype]))
         return rebind[SIMD[H, 2 * NP]](words.slice[4, offset=0]())
     var h = SIMD[H, 2 * NP](0)
     comptime for j in range(2 * NP):
@@ -106,8 +137,8 @@ def pair_nibbles[qtype: StaticString, NP: Int](blk: BytePtr, win0: SIMD[DType.ui
     comptime head = header_bytes[qtype]()
     var wq = Array[SIMD[DType.uint8, 64], NP](fill=SIMD[DType.uint8, 64](0))
     comptime if NIBBLE_PERM and NP == 2:
-        wq[0] = _nibbles_vbmi(win0, _PERM[qtype, 0])
-        wq[1] = _nibbles_vbmi(blk.unsafe_offset(4 * bb - 64).unsafe_load[width=64](0), _PERM[qtype, 1])
+        wq[0] = _nibbles_vbmi[opaque_perm[qtype]()](win0, _PERM[qtype, 0])
+        wq[1] = _nibbles_vbmi[opaque_perm[qtype]()](blk.unsafe_offset(4 * bb - 64).unsafe_load[width=64](0), _PERM[qtype, 1])
     else:
         comptime for u in range(NP):
             var q = blk.unsafe_offset(2 * u * bb + head).unsafe_load[width=16](0).join(
