@@ -34,28 +34,30 @@ comptime PREFETCH_BYTES = 4096
 # there. Other hosts keep PREFETCH_BYTES alone.
 comptime FAR_PREFETCH = CompilationTarget._is_arch["znver4"]()
 # The Intel Xeon VM (AVX-512 VNNI, "rocketlake" to Mojo, 2 MB L2 per core): the two distances for the
-# batch-1 int8 pair rows of Q4_1 only (act = "q8", M = 1; far_allowed[q4_1_pairs=True], given by
-# qmatmul_cpu._q8_pairs for Q4_1). In a graph (benchmarks/matmul_ab.py, chains of 7 4096 x 4096
-# copies, 16 interleaved rounds, medians per op): Q4_1 277.0 -> 269.4 us (faster in 13 of 16), but
-# Q4_0 299.6 -> 307.6 (2 of 16), so Q4_0 keeps PREFETCH_BYTES. Standalone (profile_qmatmul, both
-# cores, 8 copies, 10-14 alternating runs) both had gained: Q4_1 340-344 -> 284-289 us, Q4_0 342-354
-# -> 312-326; act=f32 (compute-bound there, 1.0 ns per block on one core vs 0.6-0.8 for q8) lost:
-# Q4_0 356 -> 384, Q4_1 354 -> 379. 2 KB / 16 KB and 512 B / 8 KB measured as 1 KB / 8 KB.
-comptime FAR_PREFETCH_Q4_1_PAIRS = FAR_PREFETCH or CompilationTarget._is_arch["rocketlake"]()
+# batch-1 int8 pair rows of Q4_0 and Q4_1 (act = "q8", M = 1; far_allowed[pairs=True], given by
+# qmatmul_cpu._q8_pairs). In a graph (benchmarks/matmul_ab.py, chains of 4096 x 4096 copies,
+# interleaved rounds, medians per op): Q4_1 (7 copies, 16 rounds) 277.0 -> 269.4 us (faster in 13 of
+# 16); Q4_0 (8 copies, 2026-12-05, after its permutes became vpermb) 245.4 -> 243.0 (12 of 12) and,
+# builds swapped, 225.8 -> 224.5 (10 of 12). Before that change Q4_0 had lost (299.6 -> 307.6, 2 of
+# 16). Standalone (profile_qmatmul, both cores, 8 copies, 10-14 alternating runs) both had gained:
+# Q4_1 340-344 -> 284-289 us, Q4_0 342-354 -> 312-326; act=f32 (compute-bound there, 1.0 ns per block
+# on one core vs 0.6-0.8 for q8) lost: Q4_0 356 -> 384, Q4_1 354 -> 379. 2 KB / 16 KB and 512 B / 8 KB
+# measured as 1 KB / 8 KB.
+comptime FAR_PREFETCH_PAIRS = FAR_PREFETCH or CompilationTarget._is_arch["rocketlake"]()
 comptime FAR_MIN_TASK_BYTES = 1 << 20
 comptime FAR_L1_BYTES = 1024   # distance of the prefetch into L1
 comptime FAR_L2_BYTES = 8192   # distance of the prefetch into L2
 
 
-def far_allowed[q4_1_pairs: Bool = False]() -> Bool:
-    """Whether this host's decode rows may take the two-distance prefetch at all: Q4_1's batch-1 int8
-    pair rows (q4_1_pairs) where FAR_PREFETCH_Q4_1_PAIRS, the other rows where FAR_PREFETCH."""
-    return FAR_PREFETCH_Q4_1_PAIRS if q4_1_pairs else FAR_PREFETCH
+def far_allowed[pairs: Bool = False]() -> Bool:
+    """Whether this host's decode rows may take the two-distance prefetch at all: the batch-1 int8
+    pair rows (pairs) where FAR_PREFETCH_PAIRS, the other rows where FAR_PREFETCH."""
+    return FAR_PREFETCH_PAIRS if pairs else FAR_PREFETCH
 
 
-def far_prefetch[q4_1_pairs: Bool = False](task_bytes: Int) -> Bool:
+def far_prefetch[pairs: Bool = False](task_bytes: Int) -> Bool:
     """Whether a decode task streaming `task_bytes` of weights takes the two-distance prefetch."""
-    return far_allowed[q4_1_pairs]() and task_bytes >= FAR_MIN_TASK_BYTES
+    return far_allowed[pairs]() and task_bytes >= FAR_MIN_TASK_BYTES
 
 
 @always_inline

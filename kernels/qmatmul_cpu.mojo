@@ -37,18 +37,18 @@ from .quant import QBLOCK, block_bytes
 comptime QGEMV_MAX_M = 32
 
 
-def _for_rows[R: Int, RowFn: def(Int, Int, Bool) -> None, q4_1_pairs: Bool = False](
+def _for_rows[R: Int, RowFn: def(Int, Int, Bool) -> None, pairs: Bool = False](
     row: RowFn, N: Int, row_bytes: Int, ctx: DeviceContext
 ) raises:
     """Calls row(n, r, far) for weight rows [n, n + r) covering [0, N): r = R, then single rows at each task's end.
 
     One task under 64 KB of weights (the hand-off costs more than it saves), else two per core, in
     runs of whole R-row steps. far: whether a task streams enough bytes for the far prefetch
-    (q4_1_pairs: the rows are Q4_1's batch-1 int8 pairs, which take it on more hosts; far_allowed).
+    (pairs: the rows are batch-1 int8 pairs, which take it on more hosts; far_allowed).
     """
     var tasks = 1 if N * row_bytes < 65536 else cpu_threads() * 2
     var per = ceil_div(ceil_div(N, tasks), R) * R
-    var far = far_prefetch[q4_1_pairs](per * row_bytes)
+    var far = far_prefetch[pairs](per * row_bytes)
 
     def task(t: Int) {imm row, var per, var far, var N}:
         var n = t * per
@@ -134,8 +134,7 @@ def _q8_pairs[qtype: StaticString](
 ) raises:
     # Int8 x, M = 1, Q4: block pairs (qdot_int8.mojo), and octets of 8 blocks where OCTETS; x
     # rearranged once per call. With octets only the pairs after the last whole octet read xs2 / cx2.
-    # Q4_1's pair rows take the far prefetch on more hosts than the other rows (far_allowed).
-    comptime q4_1_pairs = qtype == "q4_1"
+    # The pair rows take the far prefetch on more hosts than the other rows (far_allowed).
     var nb = K // QBLOCK
     var qx2 = rebind[I8Ptr](scratch[DType.int8](K))
     var xs2 = scratch[F32]((nb // 2) * 4 if qtype == "q4_1" else 1)
@@ -149,13 +148,13 @@ def _q8_pairs[qtype: StaticString](
     def row(n: Int, r: Int, far: Bool) {var y, var qx, var dx, var sx, var qx2, var xs2, var cx2, var xo, var co,
                                         var w, var row_bytes, var K}:
         # The prefetch form is a compile-time parameter of the row kernel (qgemv_rows.prefetch_stream).
-        comptime if far_allowed[q4_1_pairs]():
+        comptime if far_allowed[pairs=True]():
             if far:
                 qgemv_row_q8_pairs[qtype, FAR=True](qx2, xs2, cx2, xo, co, qx, dx, sx, w, row_bytes, y, n, K)
                 return
         qgemv_row_q8_pairs[qtype, FAR=False](qx2, xs2, cx2, xo, co, qx, dx, sx, w, row_bytes, y, n, K)
 
-    _for_rows[1, q4_1_pairs=q4_1_pairs](row, N, row_bytes, ctx)
+    _for_rows[1, pairs=True](row, N, row_bytes, ctx)
     qx2.unsafe_free()
     xs2.unsafe_free()
     cx2.unsafe_free()
