@@ -25,7 +25,7 @@ from std.time import perf_counter_ns
 
 from kernels.common import BytePtr, F32, Ptr, scratch
 from kernels.qdot_int8 import I8Ptr, octet_floats, octet_layout_q8, pair_layout_q8, quantize_rows_q8
-from kernels.qgemv_groups import GROUP_VALUES, GROUP_X, GROUPS_F32, LANES, group_xc, groups_layout, qgemv_row_groups
+from kernels.qgemv_groups import GROUPS_F32, groups_layout, groups_x_sizes, qgemv_row_groups
 from kernels.qgemv_octets import OCTET_VALUES, OCTET_X_BYTES, OCTETS_F32, octet_xo, octets_layout, qgemv_row_octets
 from kernels.qgemv_rows import block_sums, qgemv_rows
 from kernels.qgemv_rows_q8 import qgemv_row_q8_pairs
@@ -125,22 +125,22 @@ def profile[qtype: StaticString](N: Int, K: Int, reps: Int, ctx: DeviceContext) 
 
     # The AVX-512 group rows that act = "f32" M = 1 runs there instead (qgemv_groups.mojo).
     comptime if GROUPS_F32:
-        var ng = K // GROUP_VALUES
-        var gxp = scratch[F32](ng * GROUP_X * LANES + 1)
-        var gxc = scratch[F32](ng * group_xc[qtype]() * LANES + 1)
-        var gxs = scratch[F32](ng * LANES + 1)
-        var gxb = scratch[F32](nb)
-        groups_layout[qtype](x, K, gxp, gxc, gxs, gxb)
+        var sizes = groups_x_sizes[qtype](K)
+        var gxp = scratch[F32](sizes[0])
+        var gxo = scratch[F32](sizes[1])
+        var gxs = scratch[F32](sizes[2])
+        var gxb = scratch[F32](sizes[3])
+        groups_layout[qtype](x, K, gxp, gxo, gxs, gxb)
 
-        def rows_groups() {var x, var gxp, var gxc, var gxs, var gxb, var w, var row_bytes, var y, var N, var K}:
+        def rows_groups() {var x, var gxp, var gxo, var gxs, var gxb, var w, var row_bytes, var y, var N, var K}:
             for n in range(N):
-                qgemv_row_groups[qtype](x, gxp, gxc, gxs, gxb, w, row_bytes, y, n, K)
+                qgemv_row_groups[qtype](x, gxp, gxo, gxs, gxb, w, row_bytes, y, n, K)
 
         var best_groups = _best_pass_ns(rows_groups, reps)
         print(qtype, "f32 group rows, one core, cache-resident, N", N, "K", K, ":", best_groups / Float64(N * nb),
               "ns per block (checksum", y[unsafe_offset=0], ")")
         gxp.unsafe_free()
-        gxc.unsafe_free()
+        gxo.unsafe_free()
         gxs.unsafe_free()
         gxb.unsafe_free()
 

@@ -4,25 +4,29 @@
 # Why: the block-at-a-time rows (qgemv_rows.mojo) turn each nibble into a float with a widening
 # (vpmovzxbd) and a table permute (vpermps): three lane-crossing shuffles per block on Zen 4's two
 # shuffle pipes, compute-bound at ~1.6 ns per block on one core. Here:
-#   - x is laid out once per call (groups_layout): per block of 32 values, s = max|x| / 127 and three
-#     int8 parts, x = s (A + B / 254 + C / 254^2), to about 2^-24 of the block's max|x|, in the order
-#     the nibbles come out below;
-#   - one two-source word permute gathers a group's 4 x 16 packed bytes into 64 (bytes 16 b..16 b + 15:
-#     block b), one more moves the 4 headers in front, 4 lanes each;
-#   - the low nibbles are one mask, the high ones a shift and a mask (3 ops for 128 values), and
-#     vpdpbusd (VNNI; without it vpmaddubsw on both halves, an int16 add and vpmaddwd) sums nibble x
-#     part per 4 bytes into int32. The three parts go in by Horner (times 254, then the next part):
-#     per lane (8 values) under 2^30, exact. Q4_0 then adds -8 sum (A 254^2 + B 254 + C): a sum over
-#     q - 8 with no cancellation. Then t = acc s / 254^2 per lane, and acc += d t. Q4_1's m term: the
-#     m of 4 groups (16 blocks) are gathered by the groups' own header permutes (merge-masked), then
-#     one conversion and one FMA with x's block sums.
+#   - x is laid out once per call (groups_layout): per block of 32 values, s = max|x| / 127 and, per
+#     value, N = round(2^16 x / s) as three int8 parts, its signed base-256 digits (int8_digits):
+#     x = s (A 2^16 + B 2^8 + C) / 2^16, to about 2^-24 of the block's max|x|, in the order the
+#     nibbles come out below;
+#   - one two-source permute gathers a group's 4 x 16 packed bytes into 64 (bytes 16 b..16 b + 15:
+#     block b);
+#   - the low nibbles are one mask, the high ones one vgf2p8affineqb (GFNI; else a shift and a mask),
+#     and vpdpbusd (VNNI; without it vpmaddubsw on both halves, an int16 add and vpmaddwd) sums
+#     nibble x part per 4 bytes into int32. The three parts go in by Horner (a shift by 8, then the
+#     next part): per lane (8 values) under 2^30, exact. Q4_0 then adds -8 sum N: a sum over q - 8
+#     with no cancellation;
+#   - a set of 4 groups (16 blocks) finishes together: two levels of in-lane unpacks sum each block's
+#     4 lanes into one vector of 16 block sums (_set_block_sums), then one conversion, one multiply
+#     by s / 2^16 and one FMA by d serve the set; two two-source permutes gather the set's 16 d (and
+#     Q4_1's 16 m, whose term is one FMA with x's block sums) in the same lane order.
 #
 # Accuracy (conformance grid, M = 1, largest ratio of the error to the fp32 dot bound
-# 2 u sqrt(K) |x| . |w|): K = 576 Q4_0 0.010, Q4_1 0.020; K = 4096 0.002 / 0.006. x with a block
-# mixing 1e4 and 1e-3 (the grid's special-x case, split bound |d q| + |offset|): Q4_0 0.08-0.09, Q4_1
-# 0.32-0.33. Small values next to a large one carry its 2^-24 error, where fp32 keeps 2^-24 of each
-# value: the price of x in integers per block, in a bound with room to spare. A block whose max|x| is
-# under 1e-30 counts as zero; an inf or NaN in x makes its s NaN, so y is NaN as in fp32.
+# 2 u sqrt(K) |x| . |w|): K = 576 Q4_0 0.011, Q4_1 0.015; K = 4096 0.0015 / 0.004. x with a block
+# mixing 1e4 and 1e-3 (the grid's special-x case, split bound |d q| + |offset|): Q4_0 0.10, Q4_1
+# 0.28 (base 254 parts before 2026-12-05: 0.010 / 0.020, 0.002 / 0.006, 0.08-0.09 / 0.32-0.33).
+# Small values next to a large one carry its 2^-24 error, where fp32 keeps 2^-24 of each value: the
+# price of x in integers per block, in a bound with room to spare. A block whose max|x| is under
+# 1e-30 counts as zero; an inf or NaN in x makes its s NaN, so y is NaN as in fp32.
 #
 # History, Zen 4, one core, cache-resident (benchmarks/profile_qmatmul.mojo "f32 group rows", 128 x 4096):
 #   - float nibbles (16 x F - 16 x with F = 1 + q / 16, in FMAs): Q4_0 1.30-1.43, Q4_1 1.36-1.45 ns per
@@ -39,29 +43,51 @@
 #     1.07-1.27); through dot_u8_i8_x2's 256-bit halves it took 1.48-1.72.
 #   - two rows side by side, sharing x's loads: Q4_0 3-10% faster in cache, Q4_1 slower (registers); not
 #     kept (one weight stream per core, see qmatmul_cpu._qgemv_m).
-# Blocks after the last whole group (K = 576: 2 of 18) take decode_block. Needs AVX-512BW (word
-# permutes and shifts); AVX2 hosts without VNNI take qgemv_octets.mojo (the same parts of x, 8 blocks
-# at a time), other hosts keep qgemv_rows.
+# The Intel Xeon VM ("rocketlake", 2026-12-05), where these rows were compute-bound at ~0.9 ns per
+# block: the loop's vector uops over its two 512-bit ports (p0, p5; VNNI, shifts and conversions on
+# p0 only) set its pace. Each step below cut uops; profile_qmatmul, 128 x 4096, one core, ns per block:
+#   - per-group finish (a conversion, a multiply and an FMA per group, the header permutes one group
+#     at a time) -> per-set finish: Q4_1 0.879 -> 0.855, Q4_0 0.911 -> 0.919 (the 4 groups' Horner
+#     chains in lockstep; group after group it was slower, 0.907 / 0.965);
+#   - base-254 parts (Horner step: shift, add, subtract) -> base-256 digits (one shift), the high
+#     nibbles by GFNI, the set's headers by two two-source permutes instead of four permutes and
+#     four masked merges: Q4_1 0.88-0.93 -> 0.76, Q4_0 0.94 -> 0.80-0.85;
+#   - tried: the Horner shift as a byte shuffle (port 5, hidden control): within the noise, dropped.
+#   In a graph (benchmarks/matmul_ab.py, chains of copies from DRAM, 10 interleaved rounds, medians per
+#   op), all steps together: K = N = 4096 Q4_1 327.2 -> 275.6 us, Q4_0 320.1 -> 290.7 (faster in 10 of
+#   10 each); 576 x 1536 Q4_1 43.0 -> 39.5, 1536 x 576 Q4_0 45.0 -> 43.3 (8 of 8). Zen 4 takes the same
+#   code, unmeasured there.
+# Blocks after the last whole group (K = 576: 2 of 18) take decode_block; a last partial set runs
+# its groups with the missing ones' nibbles and headers zero. Needs AVX-512BW (word permutes and
+# shifts); AVX2 hosts without VNNI take qgemv_octets.mojo (x in base-254 parts, 8 blocks at a time),
+# other hosts keep qgemv_rows.
 
 from std.memory import bitcast
 from std.sys import llvm_intrinsic
 from std.sys.info import CompilationTarget
+from std.utils.index import IndexList
 
 from .common import BytePtr, F32, Ptr
 from .qdot_int8 import dot_u8_i8_x2
-from .qgemv_rows import block_sums, prefetch_ahead
-from .qpair_bytes import opaque_indices, opaque_perm, permute_bytes
+from .qgemv_rows import prefetch_ahead
+from .qpair_bytes import OPAQUE_PERM, opaque_indices, opaque_perm
 from .quant import QBLOCK, block_bytes, decode_block, header_bytes
 
 comptime GROUPS_F32 = CompilationTarget.has_avx512f() and CompilationTarget._has_feature["avx512bw"]()
 comptime GROUP_BLOCKS = 4
 comptime GROUP_VALUES = GROUP_BLOCKS * QBLOCK
-comptime SET_GROUPS = 4     # Q4_1: groups whose 16 m share one conversion (LANES / GROUP_BLOCKS)
+comptime SET_GROUPS = 4     # groups whose 16 blocks share one conversion, scale and FMA (LANES / GROUP_BLOCKS)
 comptime LANES = 16
 comptime GROUP_X = 6       # 64-byte vectors per group in groups_layout's xp: parts A, B, C, low then high halves
 comptime A_MAX = 127.0     # |A|, |B|, |C| <= A_MAX: int8
-comptime PART_SCALE = 254  # B = the rest of x / s below A's rounding, times 254; C = the rest below B's, times 254
-comptime X_UNIT = Float32(PART_SCALE * PART_SCALE)  # x / s = (A 254^2 + B 254 + C) / 254^2
+# The group rows' parts (int8_digits): the signed base-256 digits of N = round(2^16 x / s), so
+# x / s = (A 2^16 + B 2^8 + C) / 2^16 and the Horner steps are shifts.
+comptime DIGIT_BITS = 8
+comptime DIGIT_UNIT = Float32(1 << (2 * DIGIT_BITS))
+# vgf2p8affineqb matrix (one per qword; result bit i = parity(byte 7 - i of the matrix & x)): bit i <-
+# bit i + 4 for i < 4, x >> 4 per byte: a byte's high nibble in one op instead of a shift and a mask.
+comptime HIGH_NIBBLE_GFNI = CompilationTarget._has_feature["gfni"]()
+comptime _HIGH_NIBBLE_MATRIX = bitcast[DType.uint8, 64](SIMD[DType.uint64, 8](0x1020408000000000))
 
 
 def byte_perm[qtype: StaticString]() -> Bool:
@@ -70,14 +96,21 @@ def byte_perm[qtype: StaticString]() -> Bool:
     return CompilationTarget._has_feature["avx512vbmi"]() and opaque_perm[qtype]()
 
 
-def group_xc[qtype: StaticString]() -> Int:
-    """16-float vectors per group in groups_layout's xc: s / 254^2 per lane, then Q4_0's offset sums."""
-    return 2 if qtype == "q4_0" else 1
+def group_sets(K: Int) -> Int:
+    """Sets of SET_GROUPS groups in a row of K values, the last one possibly partial."""
+    return (K // GROUP_VALUES + SET_GROUPS - 1) // SET_GROUPS
 
 
-def int8_vector(v: SIMD[F32, 16]) -> SIMD[DType.int8, 16]:
-    # v holds integers in [-127, 127].
-    return v.cast[DType.int32]().cast[DType.int8]()
+def groups_x_sizes[qtype: StaticString](K: Int) -> Tuple[Int, Int, Int, Int]:
+    """Floats of groups_layout's xp, xo, xs, xb for a row of K values (1 where qtype has none)."""
+    var groups = K // GROUP_VALUES
+    var sets = group_sets(K)
+    return (
+        groups * GROUP_X * LANES,
+        groups * LANES if qtype == "q4_0" else 1,
+        sets * LANES,
+        sets * LANES if qtype == "q4_1" else 1,
+    )
 
 
 @always_inline
@@ -103,79 +136,74 @@ def part_scale(lo: SIMD[F32, 16], hi: SIMD[F32, 16]) -> Tuple[Float32, Float32]:
 
 
 @always_inline
-def int8_parts(v: SIMD[F32, 16], inv: Float32) -> Tuple[SIMD[F32, 16], SIMD[F32, 16], SIMD[F32, 16]]:
-    """(A, B, C) of x values v, inv = 1 / s (part_scale): integers in [-127, 127] with
-    v / s = A + B / 254 + C / 254^2 to about 2^-24 of 127 (see groups_layout)."""
-    var u = v * inv
-    var a = u.__round__()
-    # u - a and r - bb are exact (Sterbenz); |r|, |(r - bb) 254| <= 127 (the clamps only guard the
-    # int8 range).
-    var r = (u - a) * Float32(PART_SCALE)
-    var bb = min(max(r.__round__(), -A_MAX), A_MAX)
-    var c = min(max(((r - bb) * Float32(PART_SCALE)).__round__(), -A_MAX), A_MAX)
-    return (a, bb, c)
+def int8_digits(v: SIMD[F32, 16], inv: Float32) -> Tuple[SIMD[DType.int32, 16], SIMD[DType.int32, 16], SIMD[DType.int32, 16], SIMD[DType.int32, 16]]:
+    """(A, B, C, N) of x values v, inv = 1 / s (part_scale): N = round(2^16 v / s), |N| <= 127 2^16,
+    and its signed base-256 digits, N = A 2^16 + B 2^8 + C exactly, B and C in [-128, 127] and A in
+    [-127, 127] (|N| / 2^16 plus at most 128.5 / 256)."""
+    var n = (v * inv * DIGIT_UNIT).__round__().cast[DType.int32]()
+    var c = ((n + 128) & 255) - 128
+    var n1 = (n - c) >> DIGIT_BITS
+    var b = ((n1 + 128) & 255) - 128
+    var a = (n1 - b) >> DIGIT_BITS
+    return (a, b, c, n)
 
 
-def groups_layout[qtype: StaticString](x: Ptr[F32], K: Int, xp: Ptr[F32], xc: Ptr[F32], xs: Ptr[F32], xb: Ptr[F32]):
+def groups_layout[qtype: StaticString](x: Ptr[F32], K: Int, xp: Ptr[F32], xo: Ptr[F32], xs: Ptr[F32], xb: Ptr[F32]):
     """Lays x out for qgemv_row_groups, once per call.
 
-    Per block of 32 values: s = max|x| / 127, u = x / s, and three int8 parts: A = round(u),
-    r = (u - A) 254, B = round(r), C = round((r - B) 254), all in [-127, 127] since |u - A| <= 1/2 and
-    |r - B| <= 1/2, so u = A + B / 254 + C / 254^2 to within 1 / (2 254^2) plus the roundings of u and r:
-    x to about 2^-24 of the block's max|x| (fp32: 2^-24 of each |x|).
+    Per block of 32 values: s = max|x| / 127 and, per value, N = round(2^16 x / s) (|N| <= 127 2^16) in
+    three int8 parts, its signed base-256 digits A, B, C (int8_digits): x / s = (A 2^16 + B 2^8 + C) / 2^16
+    to within 2^-17 plus the rounding of x / s: x to about 2^-24 of the block's max|x| (fp32: 2^-24
+    of each |x|).
 
     Vector 2 p + h of a group holds part p of the 4 blocks' low (h = 0: values 0..15) or high (h = 1:
     values 16..31) halves, block b in bytes 16 b..16 b + 15: the order of a group's packed nibbles (the
     low nibble of byte i is value i, the high one value i + 16). Lane i (of 16 int32 sums) covers bytes
     4 i..4 i + 3 of both halves: 8 values of block i // 4.
 
+    The per-block vectors of a set of 4 groups (xs, xb) hold block b of the set's group g in lane
+    4 b + g, the order in which qgemv_row_groups sums a set's lanes (_set_block_sums); lanes of groups
+    past the row's last (a partial last set) are 0.
+
     Args:
         x: [K] the activation row.
         K: the row length; groups cover the first (K // 128) * 128 values.
         xp: [groups, 6, 64] int8 out (in [groups, GROUP_X, 16] floats' bits).
-        xc: [groups, group_xc, 16] out: s / 254^2 per lane, then Q4_0's per lane
-            -8 sum (A 254^2 + B 254 + C) (int32 bits).
-        xs: [groups, 16] out: per lane sum x (Q4_1's m term, groups outside whole sets); Q4_1 only.
-        xb: [K // 32] out: per block sum x (Q4_1's m term, sets of 4 groups); Q4_1 only.
+        xo: [groups, 16] out, Q4_0 only: per lane -8 sum N (int32 bits).
+        xs: [sets, 16] out: s / 2^16 per block.
+        xb: [sets, 16] out, Q4_1 only: per block sum x (its m term).
     """
-    comptime if qtype == "q4_1":
-        block_sums(x, K // QBLOCK, xb)
-    for g in range(K // GROUP_VALUES):
+    var groups = K // GROUP_VALUES
+    for i in range(group_sets(K) * LANES):
+        xs[unsafe_offset=i] = 0
+        comptime if qtype == "q4_1":
+            xb[unsafe_offset=i] = 0
+    for g in range(groups):
         var gx = x.unsafe_offset(g * GROUP_VALUES)
-        var scale = SIMD[F32, LANES](0)
+        var set_lanes = (g // SET_GROUPS) * LANES + g % SET_GROUPS  # lane 4 b + g of the set's vectors
         var offset = SIMD[DType.int32, LANES](0)
-        var lane_x = SIMD[F32, LANES](0)
         var parts = Array[SIMD[DType.int8, 64], GROUP_X](fill=SIMD[DType.int8, 64](0))
         comptime for b in range(GROUP_BLOCKS):
             var lo = gx.unsafe_load[width=16](b * QBLOCK)
             var hi = gx.unsafe_load[width=16](b * QBLOCK + 16)
             var si = part_scale(lo, hi)
-            scale = scale.insert[offset=4 * b](SIMD[F32, 4](si[0] / X_UNIT))
+            xs[unsafe_offset=set_lanes + 4 * b] = si[0] / DIGIT_UNIT
+            comptime if qtype == "q4_1":
+                xb[unsafe_offset=set_lanes + 4 * b] = (lo + hi).reduce_add()
             var whole_sum = SIMD[DType.int32, 16](0)
             comptime for h in range(2):
-                var abc = int8_parts(lo if h == 0 else hi, si[1])
-                var a = abc[0]
-                var bb = abc[1]
-                var c = abc[2]
-                parts[h] = parts[h].insert[offset=16 * b](int8_vector(a))
-                parts[2 + h] = parts[2 + h].insert[offset=16 * b](int8_vector(bb))
-                parts[4 + h] = parts[4 + h].insert[offset=16 * b](int8_vector(c))
+                var digits = int8_digits(lo if h == 0 else hi, si[1])
+                comptime for p in range(3):
+                    parts[2 * p + h] = parts[2 * p + h].insert[offset=16 * b](digits[p].cast[DType.int8]())
                 comptime if qtype == "q4_0":
-                    whole_sum += (a.cast[DType.int32]() * PART_SCALE + bb.cast[DType.int32]()) * PART_SCALE + c.cast[
-                        DType.int32]()
+                    whole_sum += digits[3]
             # Lane 4 b + j: values 4 j..4 j + 3 of both halves.
             comptime if qtype == "q4_0":
                 offset = offset.insert[offset=4 * b](_quad_sums(whole_sum))
-            else:
-                lane_x = lane_x.insert[offset=4 * b](_quad_sums(lo + hi))
         comptime for p in range(GROUP_X):
             xp.unsafe_store((g * GROUP_X + p) * LANES, bitcast[F32, LANES](parts[p]))
-        comptime xcn = group_xc[qtype]()
-        xc.unsafe_store(g * xcn * LANES, scale)
-        comptime if qtype == "q4_1":
-            xs.unsafe_store(g * LANES, lane_x)
-        else:
-            xc.unsafe_store((g * xcn + 1) * LANES, bitcast[F32, LANES](-8 * offset))
+        comptime if qtype == "q4_0":
+            xo.unsafe_store(g * LANES, bitcast[F32, LANES](-8 * offset))
 
 
 def _packed_perm[qtype: StaticString]() -> SIMD[DType.int16, 32]:
@@ -193,31 +221,39 @@ def _packed_perm[qtype: StaticString]() -> SIMD[DType.int16, 32]:
     return idx
 
 
-def _header_perm[qtype: StaticString]() -> SIMD[DType.int16, 32]:
-    # Word l < 16 <- d of block l // 4; word 16 + l <- m of block l // 4 (Q4_1; Q4_0 ignores them).
+def _pair_header_perm[qtype: StaticString, pair: Int]() -> SIMD[DType.int16, 32]:
+    # Two-source word permute of groups 2 pair (window 0: words 0..31) and 2 pair + 1 (words 32..63)
+    # of a set: word 4 b + i <- d of group i's block b, word 16 + 4 b + i <- its m (Q4_1), the set's lane
+    # order (groups_layout). The other pair's words are taken from the other permute (_PAIR_MASK).
     comptime bb = block_bytes[qtype]()
     var idx = SIMD[DType.int16, 32](0)
-    for lane in range(LANES):
-        idx[lane] = Int16((lane // 4) * bb // 2)
-        idx[LANES + lane] = Int16((lane // 4) * bb // 2 + 1)
+    for j in range(2):
+        for b in range(GROUP_BLOCKS):
+            var i = 2 * pair + j
+            idx[GROUP_BLOCKS * b + i] = Int16(32 * j + b * bb // 2)
+            idx[LANES + GROUP_BLOCKS * b + i] = Int16(32 * j + b * bb // 2 + 1)
     return idx
 
 
-def _set_header_perm[qtype: StaticString, i: Int]() -> SIMD[DType.int16, 32]:
-    # As _header_perm, but word 16 + 4 i + b <- m of block b: group i of a set of 4 (Q4_1).
-    comptime bb = block_bytes[qtype]()
-    var idx = _header_perm[qtype]()
-    for b in range(GROUP_BLOCKS):
-        idx[LANES + GROUP_BLOCKS * i + b] = Int16(b * bb // 2 + 1)
-    return idx
-
-
-def _set_m_mask(i: Int) -> SIMD[DType.bool, 32]:
-    # Words 16 + 4 i .. 16 + 4 i + 3: where group i of a set keeps its m.
+def _pair_mask() -> SIMD[DType.bool, 32]:
+    # The words of groups 2 and 3 of a set (lanes 4 b + 2, 4 b + 3 of both halves).
     var mask = SIMD[DType.bool, 32](fill=False)
-    for b in range(GROUP_BLOCKS):
-        mask[LANES + GROUP_BLOCKS * i + b] = True
+    for l in range(32):
+        mask[l] = (l % GROUP_BLOCKS) >= 2
     return mask
+
+
+def _unpack_mask[width: Int, high: Bool]() -> IndexList[LANES]:
+    # vpunpck{l,h}{dq,qdq} over (a ++ b), 16 x 32-bit lanes: per 128-bit lane k, pairs of `width`
+    # lanes (1: dwords, 2: qwords) taken alternately from a and b, from the low or high half.
+    var m = IndexList[LANES]()
+    for l in range(LANES):
+        var k = l // 4
+        var j = l % 4
+        var src = (j // width) % 2           # 0: a, 1: b
+        var pos = 4 * k + (2 if high else 0) + (j // (2 * width)) * width + j % width
+        m[l] = pos + LANES * src
+    return m
 
 
 def _word_bytes(words: SIMD[DType.int16, 32]) -> SIMD[DType.uint8, 64]:
@@ -229,9 +265,9 @@ def _word_bytes(words: SIMD[DType.int16, 32]) -> SIMD[DType.uint8, 64]:
 
 
 comptime _PACKED_PERM[qtype: StaticString] = _packed_perm[qtype]()
-comptime _HEADER_PERM[qtype: StaticString] = _header_perm[qtype]()
-comptime _SET_HEADER_PERM[qtype: StaticString, i: Int] = _set_header_perm[qtype, i]()
-comptime _SET_M_MASK[i: Int] = _set_m_mask(i)
+comptime _PAIR_HEADER_PERM[qtype: StaticString, pair: Int] = _pair_header_perm[qtype, pair]()
+comptime _PAIR_MASK = _pair_mask()
+comptime _UNPACK[width: Int, high: Bool] = _unpack_mask[width, high]()
 
 
 @always_inline
@@ -243,7 +279,7 @@ def _dot_halves(
     comptime if CompilationTarget.has_vnni():
         return dot_u8_i8_x2[15](dot_u8_i8_x2[15](acc, lo, x_lo), hi, x_hi)
     # AVX-512BW without VNNI: vpmaddubsw's int16 pair sums of both halves added as int16 (4 products,
-    # at most 4 * 15 * 127 < 2^15: no saturation), then one vpmaddwd against ones.
+    # at most 4 * 15 * 128 < 2^15: no saturation), then one vpmaddwd against ones.
     var pairs = llvm_intrinsic["llvm.x86.avx512.pmaddubs.w.512", SIMD[DType.int16, 32]](lo, x_lo) + llvm_intrinsic[
         "llvm.x86.avx512.pmaddubs.w.512", SIMD[DType.int16, 32]](hi, x_hi)
     var ones = SIMD[DType.int16, 32](1)
@@ -251,12 +287,12 @@ def _dot_halves(
 
 
 @always_inline
-def _group_products[qtype: StaticString](
-    blk: BytePtr, xg: Ptr[F32], xcg: Ptr[F32], far: Bool
-) -> Tuple[SIMD[F32, LANES], SIMD[DType.int16, 32]]:
-    """(t, window 0) of the group at `blk`: t[lane] = s x . q (Q4_0: x . (q - 8)) over the lane's 8
-    values, which the lane's block scale d multiplies; window 0 (the group's first 64 bytes) holds
-    its 4 headers."""
+def _group_nibbles[qtype: StaticString](
+    blk: BytePtr, far: Bool
+) -> Tuple[SIMD[DType.uint8, 64], SIMD[DType.uint8, 64], SIMD[DType.int16, 32]]:
+    """(lo, hi, window 0) of the group at `blk`: byte i of lo / hi is the low / high nibble of the
+    group's packed byte i (value i % 16 / 16 + i % 16 of block i // 16); window 0 (the group's first
+    64 bytes) holds its 4 headers."""
     comptime bb = block_bytes[qtype]()
     # A group spans 72-80 bytes: two lines ahead cover its stream.
     prefetch_ahead(blk, far)
@@ -271,59 +307,105 @@ def _group_products[qtype: StaticString](
     else:
         words = bitcast[DType.uint16, 32](
             llvm_intrinsic["llvm.x86.avx512.vpermi2var.hi.512", SIMD[DType.int16, 32]](win0, _PACKED_PERM[qtype], win1))
-    # Byte i of the packed 64: low nibble = value i % 16 of block i // 16, high nibble value 16 + i % 16.
     var lo = bitcast[DType.uint8, 64](words & UInt16(0x0F0F))
-    var hi = bitcast[DType.uint8, 64]((words >> UInt16(4)) & UInt16(0x0F0F))
-    # Per lane (8 values) sum q (A 254^2 + B 254 + C), by Horner over the parts: at most
-    # 8 * 15 * 127 * (254^2 + 254 + 1) < 2^30, exact in int32. Q4_0 then adds -8 sum (A 254^2 + B 254 + C):
-    # the sum over q - 8, exact, with no cancellation in floats.
-    var acc = SIMD[DType.int32, LANES](0)
-    comptime for p in range(3):
-        comptime if p > 0:
-            acc = acc * Int32(PART_SCALE)
-        acc = _dot_halves(acc, lo, hi, bitcast[DType.int8, 64](xg.unsafe_load[width=LANES](2 * p * LANES)),
-                          bitcast[DType.int8, 64](xg.unsafe_load[width=LANES]((2 * p + 1) * LANES)))
-    comptime if qtype == "q4_0":
-        acc += bitcast[DType.int32, LANES](xcg.unsafe_load[width=LANES](LANES))
-    return (acc.cast[F32]() * xcg.unsafe_load[width=LANES](0), win0)
+    var hi: SIMD[DType.uint8, 64]
+    comptime if HIGH_NIBBLE_GFNI:
+        hi = llvm_intrinsic["llvm.x86.vgf2p8affineqb.512", SIMD[DType.uint8, 64]](
+            bitcast[DType.uint8, 64](words), _HIGH_NIBBLE_MATRIX, Int8(0))
+    else:
+        hi = bitcast[DType.uint8, 64]((words >> UInt16(4)) & UInt16(0x0F0F))
+    return (lo, hi, win0)
 
 
 @always_inline
-def _permute_words[qtype: StaticString, perm: SIMD[DType.int16, 32]](window: SIMD[DType.int16, 32]) -> SIMD[DType.int16, 32]:
-    """Word i of the result is window[perm[i] % 32]: vpermw, or a hidden vpermb where byte_perm."""
-    comptime if byte_perm[qtype]():
-        comptime idx = _word_bytes(perm)
-        return bitcast[DType.int16, 32](permute_bytes[True](bitcast[DType.uint8, 64](window), idx))
-    return llvm_intrinsic["llvm.x86.avx512.permvar.hi.512", SIMD[DType.int16, 32]](window, perm)
+def _pair_headers[qtype: StaticString, pair: Int](
+    win_a: SIMD[DType.int16, 32], win_b: SIMD[DType.int16, 32]
+) -> SIMD[DType.int16, 32]:
+    """The headers of a set's groups 2 pair and 2 pair + 1 (first windows win_a, win_b) in the set's
+    lanes (_pair_header_perm): vpermt2w, or a hidden vpermt2b (one uop on Intel against three) where
+    VBMI and OPAQUE_PERM: whole-word moves, which LLVM would otherwise turn back into vpermt2w."""
+    comptime if CompilationTarget._has_feature["avx512vbmi"]() and OPAQUE_PERM:
+        comptime idx = _word_bytes(_PAIR_HEADER_PERM[qtype, pair])
+        return bitcast[DType.int16, 32](llvm_intrinsic["llvm.x86.avx512.vpermi2var.qi.512", SIMD[DType.uint8, 64]](
+            bitcast[DType.uint8, 64](win_a), opaque_indices[True](idx), bitcast[DType.uint8, 64](win_b)))
+    return llvm_intrinsic["llvm.x86.avx512.vpermi2var.hi.512", SIMD[DType.int16, 32]](
+        win_a, _PAIR_HEADER_PERM[qtype, pair], win_b)
 
 
 @always_inline
-def _lone_group[qtype: StaticString](
-    row: BytePtr, xp: Ptr[F32], xc: Ptr[F32], xs: Ptr[F32], g: Int, acc: SIMD[F32, LANES], acc_m: SIMD[F32, LANES],
-    far: Bool,
+def _set_block_sums(ints: Array[SIMD[DType.int32, LANES], SET_GROUPS]) -> SIMD[F32, LANES]:
+    """Lane 4 b + g: the sum of group g's lanes 4 b..4 b + 3 (block b), as a float.
+
+    Two stages of in-lane unpacks and adds (vpunpck{l,h}dq, then {l,h}qdq): the 4 groups' 64 lane sums
+    become one vector, so one conversion, one multiply by s and one FMA by d serve the set instead of
+    one of each per group. Stage 1 adds in int32 (16 values: at most 16 * 15 * 127 * 64771 < 2^31),
+    stage 2 in floats (32 values could pass 2^31); each rounds once, as the lane sums did.
+    """
+    comptime lo32 = _UNPACK[1, False]
+    comptime hi32 = _UNPACK[1, True]
+    comptime lo64 = _UNPACK[2, False]
+    comptime hi64 = _UNPACK[2, True]
+    var t01 = (ints[0].shuffle[lo32](ints[1]) + ints[0].shuffle[hi32](ints[1])).cast[F32]()
+    var t23 = (ints[2].shuffle[lo32](ints[3]) + ints[2].shuffle[hi32](ints[3])).cast[F32]()
+    return t01.shuffle[lo64](t23) + t01.shuffle[hi64](t23)
+
+
+@always_inline
+def _set[qtype: StaticString, whole: Bool](
+    row: BytePtr, xp: Ptr[F32], xo: Ptr[F32], xs: Ptr[F32], xb: Ptr[F32], set: Int, count: Int,
+    acc: SIMD[F32, LANES], acc_m: SIMD[F32, LANES], far: Bool,
 ) -> Tuple[SIMD[F32, LANES], SIMD[F32, LANES]]:
-    """(acc, acc_m) plus group g's products, outside Q4_1's sets: its m term by itself."""
+    """(acc, acc_m) plus the products of set `set`'s groups (whole: all SET_GROUPS, else the first
+    `count`): acc gains d s (x . q) / s per block, acc_m Q4_1's m (sum x) per block."""
     comptime bb = block_bytes[qtype]()
-    var r = _group_products[qtype](row.unsafe_offset(g * GROUP_BLOCKS * bb), xp.unsafe_offset(g * GROUP_X * LANES),
-                                   xc.unsafe_offset(g * group_xc[qtype]() * LANES), far)
-    var heads = bitcast[DType.float16, 32](_permute_words[qtype, _HEADER_PERM[qtype]](r[1]))
-    var d_part = heads.slice[LANES, offset=0]().cast[F32]().fma(r[0], acc)
+    var g0 = set * SET_GROUPS
+    var lo = Array[SIMD[DType.uint8, 64], SET_GROUPS](fill=SIMD[DType.uint8, 64](0))
+    var hi = Array[SIMD[DType.uint8, 64], SET_GROUPS](fill=SIMD[DType.uint8, 64](0))
+    # The missing groups of a partial set keep zero nibbles and headers: they add 0 d 0.
+    var win0 = Array[SIMD[DType.int16, 32], SET_GROUPS](fill=SIMD[DType.int16, 32](0))
+    comptime for i in range(SET_GROUPS):
+        if whole or i < count:
+            var r = _group_nibbles[qtype](row.unsafe_offset((g0 + i) * GROUP_BLOCKS * bb), far)
+            lo[i] = r[0]
+            hi[i] = r[1]
+            win0[i] = r[2]
+    var heads = _PAIR_MASK.select(_pair_headers[qtype, 1](win0[2], win0[3]), _pair_headers[qtype, 0](win0[0], win0[1]))
+    # Per lane (8 values) sum q N (N = A 2^16 + B 2^8 + C), by Horner over the parts, the 4 groups in
+    # lockstep (independent chains side by side: one group's chain is 6 dependent vpdpbusd): at most
+    # 8 * 15 * 127 * 2^16 < 2^30, exact in int32. Q4_0 then adds -8 sum N: the sum over q - 8, exact,
+    # with no cancellation in floats.
+    var ints = Array[SIMD[DType.int32, LANES], SET_GROUPS](fill=SIMD[DType.int32, LANES](0))
+    comptime for p in range(3):
+        comptime for i in range(SET_GROUPS):
+            if whole or i < count:
+                var xg = xp.unsafe_offset(((g0 + i) * GROUP_X + 2 * p) * LANES)
+                comptime if p > 0:
+                    ints[i] = ints[i] << DIGIT_BITS
+                ints[i] = _dot_halves(ints[i], lo[i], hi[i], bitcast[DType.int8, 64](xg.unsafe_load[width=LANES](0)),
+                                      bitcast[DType.int8, 64](xg.unsafe_load[width=LANES](LANES)))
+    comptime if qtype == "q4_0":
+        comptime for i in range(SET_GROUPS):
+            if whole or i < count:
+                ints[i] += bitcast[DType.int32, LANES](xo.unsafe_load[width=LANES]((g0 + i) * LANES))
+    var halves = bitcast[DType.float16, 32](heads)
+    var t = _set_block_sums(ints) * xs.unsafe_load[width=LANES](set * LANES)
+    var new_acc = halves.slice[LANES, offset=0]().cast[F32]().fma(t, acc)
     comptime if qtype == "q4_1":
-        return (d_part, heads.slice[LANES, offset=LANES]().cast[F32]().fma(xs.unsafe_load[width=LANES](g * LANES), acc_m))
-    return (d_part, acc_m)
+        return (new_acc, halves.slice[LANES, offset=LANES]().cast[F32]().fma(xb.unsafe_load[width=LANES](set * LANES), acc_m))
+    return (new_acc, acc_m)
 
 
 @always_inline
 def qgemv_row_groups[qtype: StaticString](
-    x: Ptr[F32], xp: Ptr[F32], xc: Ptr[F32], xs: Ptr[F32], xb: Ptr[F32], w: BytePtr, row_bytes: Int, y: Ptr[F32],
+    x: Ptr[F32], xp: Ptr[F32], xo: Ptr[F32], xs: Ptr[F32], xb: Ptr[F32], w: BytePtr, row_bytes: Int, y: Ptr[F32],
     n: Int, K: Int, far: Bool = False,
 ):
-    """y[n] = x . dequant(W[n, :]) for one Q4 row; xp, xc, xs, xb from groups_layout of x.
+    """y[n] = x . dequant(W[n, :]) for one Q4 row; xp, xo, xs, xb from groups_layout of x.
 
     Args:
         x: [K] the activation row (for the blocks after the last whole group).
-        xp: [groups, GROUP_X, 16], xc: [groups, group_xc, 16], xs: [groups, 16], xb: [K // 32] from
-            groups_layout (xs and xb: Q4_1 only).
+        xp: [groups, GROUP_X, 16], xo: [groups, 16] (Q4_0), xs: [sets, 16], xb: [sets, 16] (Q4_1)
+            from groups_layout.
         w: the weights, rows of row_bytes bytes of GGUF blocks.
         row_bytes: bytes per weight row.
         y: [N] out.
@@ -337,35 +419,16 @@ def qgemv_row_groups[qtype: StaticString](
     var groups = K // GROUP_VALUES
     var acc = SIMD[F32, LANES](0)
     var acc_m = SIMD[F32, LANES](0)
-    var g = 0
-    comptime if qtype == "q4_1":
-        # Q4_1's m term by sets of 4 groups: each group's header permute also drops its 4 m into the
-        # set's 16 words (merge-masked), and one conversion and one FMA with the 16 block sums of x
-        # serve the set, instead of one of each per group.
-        while g + SET_GROUPS <= groups:
-            var m_words = SIMD[DType.int16, 32](0)
-            comptime for i in range(SET_GROUPS):
-                var gi = g + i
-                var r = _group_products[qtype](row.unsafe_offset(gi * GROUP_BLOCKS * bb), xp.unsafe_offset(gi * GROUP_X * LANES),
-                                               xc.unsafe_offset(gi * group_xc[qtype]() * LANES), far)
-                var heads = _permute_words[qtype, _SET_HEADER_PERM[qtype, i]](r[1])
-                acc = bitcast[DType.float16, 32](heads).slice[LANES, offset=0]().cast[F32]().fma(r[0], acc)
-                m_words = _SET_M_MASK[i].select(heads, m_words)
-            var m = bitcast[DType.float16, 32](m_words).slice[LANES, offset=LANES]().cast[F32]()
-            acc_m = m.fma(xb.unsafe_load[width=LANES](g * GROUP_BLOCKS), acc_m)
-            g += SET_GROUPS
-    else:
-        # Four groups per iteration, as Q4_1's sets (measured on the float nibble form: 1.14-1.18 ->
-        # 1.08 ns per block).
-        while g + SET_GROUPS <= groups:
-            comptime for i in range(SET_GROUPS):
-                acc = _lone_group[qtype](row, xp, xc, xs, g + i, acc, acc_m, far)[0]
-            g += SET_GROUPS
-    while g < groups:
-        var r = _lone_group[qtype](row, xp, xc, xs, g, acc, acc_m, far)
+    var s = 0
+    while (s + 1) * SET_GROUPS <= groups:
+        var r = _set[qtype, True](row, xp, xo, xs, xb, s, SET_GROUPS, acc, acc_m, far)
         acc = r[0]
         acc_m = r[1]
-        g += 1
+        s += 1
+    if s * SET_GROUPS < groups:
+        var r = _set[qtype, False](row, xp, xo, xs, xb, s, groups - s * SET_GROUPS, acc, acc_m, far)
+        acc = r[0]
+        acc_m = r[1]
     # Blocks after the last whole group.
     var tail = SIMD[F32, LANES](0)
     for b in range(groups * GROUP_BLOCKS, K // QBLOCK):

@@ -4,9 +4,9 @@
 #
 # Why: the block-at-a-time rows (qgemv_rows.mojo) widen every nibble to int32 and convert it to float
 # (4 widenings, 4 conversions and 4 FMAs per block on 8-lane vectors): ~2 ns per block on one Zen 3
-# core, about half the DRAM stream's pace. Here x takes the form of qgemv_groups.mojo (the AVX-512
-# rows): per block of 32 values s = max|x| / 127 and three int8 parts, x = s (A + B / 254 + C / 254^2)
-# (qgemv_groups.part_scale, int8_parts), laid out once per call (octets_layout) in the byte order of
+# core, about half the DRAM stream's pace. Here x is held in integers as in qgemv_groups.mojo (the
+# AVX-512 rows): per block of 32 values s = max|x| / 127 (qgemv_groups.part_scale) and three int8
+# parts, x = s (A + B / 254 + C / 254^2) (int8_parts), laid out once per call (octets_layout) in the byte order of
 # the int8 rows' block octets (qdot_int8.mojo): each weight octet's nibbles are split once
 # (octet_nibbles) and dotted with all three parts by octet_dot (vpmaddubsw, int16 adds, two vphaddw
 # levels, one vpmaddwd): per block and part one int32 sum, lane k for block octet_block(k).
@@ -53,9 +53,36 @@
 
 from .common import BytePtr, F32, Ptr
 from .qdot_int8 import OCTETS, PAIR, I8Ptr, octet_block, octet_dot, octet_nibbles, octet_scales
-from .qgemv_groups import GROUPS_F32, PART_SCALE, X_UNIT, int8_parts, int8_vector, part_scale
+from .qgemv_groups import A_MAX, GROUPS_F32, part_scale
 from .qgemv_rows import prefetch_ahead
 from .quant import QBLOCK, block_bytes, decode_block
+
+# The parts of x (int8_parts): B = the rest of x / s below A's rounding, times 254; C = the rest below
+# B's, times 254; x / s = (A 254^2 + B 254 + C) / 254^2. (The AVX-512 group rows split x into base-256
+# digits instead, qgemv_groups.int8_digits, whose Horner steps are shifts; here the 254 is octet_dot's
+# free vpmaddwd factor, and this path is measured on Zen 3 only.)
+comptime PART_SCALE = 254
+comptime X_UNIT = Float32(PART_SCALE * PART_SCALE)
+
+
+def int8_vector(v: SIMD[F32, 16]) -> SIMD[DType.int8, 16]:
+    # v holds integers in [-127, 127].
+    return v.cast[DType.int32]().cast[DType.int8]()
+
+
+@always_inline
+def int8_parts(v: SIMD[F32, 16], inv: Float32) -> Tuple[SIMD[F32, 16], SIMD[F32, 16], SIMD[F32, 16]]:
+    """(A, B, C) of x values v, inv = 1 / s (part_scale): integers in [-127, 127] with
+    v / s = A + B / 254 + C / 254^2 to about 2^-24 of 127 (see octets_layout)."""
+    var u = v * inv
+    var a = u.__round__()
+    # u - a and r - bb are exact (Sterbenz); |r|, |(r - bb) 254| <= 127 (the clamps only guard the
+    # int8 range).
+    var r = (u - a) * Float32(PART_SCALE)
+    var bb = min(max(r.__round__(), -A_MAX), A_MAX)
+    var c = min(max(((r - bb) * Float32(PART_SCALE)).__round__(), -A_MAX), A_MAX)
+    return (a, bb, c)
+
 
 # AVX-512BW hosts take qgemv_groups.mojo; OCTETS: AVX2 without VNNI (octet_dot's vpmaddubsw form).
 comptime OCTETS_F32 = OCTETS and not GROUPS_F32

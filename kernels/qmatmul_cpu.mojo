@@ -28,7 +28,7 @@ from .matmul_cpu import GEMV_MAX_M, gemm_cpu
 from .qdot_int8 import (
     OCTETS, PAIR, PAIR_LANES, I8Ptr, octet_floats, octet_layout_q8, pair_layout_q8, quantize_rows_q8, row_pair_layout_q8,
 )
-from .qgemv_groups import GROUP_VALUES, GROUP_X, GROUPS_F32, LANES, group_xc, groups_layout, qgemv_row_groups
+from .qgemv_groups import GROUPS_F32, groups_layout, groups_x_sizes, qgemv_row_groups
 from .qgemv_octets import OCTET_VALUES, OCTET_X_BYTES, OCTETS_F32, octet_xo, octets_layout, qgemv_row_octets
 from .qgemv_rows import block_sums, far_allowed, far_prefetch, qgemv_rows
 from .qgemv_rows_q8 import qgemv_row_q8_mpairs, qgemv_row_q8_pairs, qgemv_rows_q8
@@ -92,19 +92,19 @@ def _groups_f32[qtype: StaticString](
     y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, N: Int, K: Int, ctx: DeviceContext
 ) raises:
     # Float x, M = 1, Q4 on AVX-512: groups of 4 blocks in integers (qgemv_groups.mojo), x laid out once.
-    var ng = K // GROUP_VALUES
-    var xp = scratch[F32](ng * GROUP_X * LANES)
-    var xc = scratch[F32](ng * group_xc[qtype]() * LANES)
-    var xs = scratch[F32](ng * LANES if qtype == "q4_1" else 1)  # Q4_1's per-lane x sums (its m term)
-    var xb = scratch[F32](K // QBLOCK)                             # block sums
-    groups_layout[qtype](x, K, xp, xc, xs, xb)
+    var sizes = groups_x_sizes[qtype](K)
+    var xp = scratch[F32](sizes[0])
+    var xo = scratch[F32](sizes[1])  # Q4_0's offset sums
+    var xs = scratch[F32](sizes[2])  # block scales
+    var xb = scratch[F32](sizes[3])  # Q4_1's block sums of x (its m term)
+    groups_layout[qtype](x, K, xp, xo, xs, xb)
 
-    def row(n: Int, r: Int, far: Bool) {var y, var x, var xp, var xc, var xs, var xb, var w, var row_bytes, var K}:
-        qgemv_row_groups[qtype](x, xp, xc, xs, xb, w, row_bytes, y, n, K, far)
+    def row(n: Int, r: Int, far: Bool) {var y, var x, var xp, var xo, var xs, var xb, var w, var row_bytes, var K}:
+        qgemv_row_groups[qtype](x, xp, xo, xs, xb, w, row_bytes, y, n, K, far)
 
     _for_rows[1](row, N, row_bytes, ctx)
     xp.unsafe_free()
-    xc.unsafe_free()
+    xo.unsafe_free()
     xs.unsafe_free()
     xb.unsafe_free()
 
