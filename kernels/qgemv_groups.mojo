@@ -14,7 +14,7 @@
 #     and vpdpbusd (VNNI; without it vpmaddubsw on both halves, an int16 add and vpmaddwd) sums
 #     nibble x part per 4 bytes into int32. The three parts go in by Horner (a shift by 8, then the
 #     next part): per lane (8 values) under 2^30, exact. Q4_0 then adds -8 sum N: a sum over q - 8
-#     with no cancellation;
+#     with no cancellation (its offsets join the set's first summing stage);
 #   - a set of 4 groups (16 blocks) finishes together: two levels of in-lane unpacks sum each block's
 #     4 lanes into one vector of 16 block sums (_set_block_sums), then one conversion, one multiply
 #     by s / 2^16 and one FMA by d serve the set; two two-source permutes gather the set's 16 d (and
@@ -52,11 +52,13 @@
 #   - base-254 parts (Horner step: shift, add, subtract) -> base-256 digits (one shift), the high
 #     nibbles by GFNI, the set's headers by two two-source permutes instead of four permutes and
 #     four masked merges: Q4_1 0.88-0.93 -> 0.76, Q4_0 0.94 -> 0.80-0.85;
+#   - Q4_0's offsets added once per pair of groups after _set_block_sums' first stage (two loads and
+#     adds per set instead of four): 0.889 -> 0.852; in a graph (below) 308.5 -> 299.7 us (10 of 10);
 #   - tried: the Horner shift as a byte shuffle (port 5, hidden control): within the noise, dropped.
 #   In a graph (benchmarks/matmul_ab.py, chains of copies from DRAM, 10 interleaved rounds, medians per
-#   op), all steps together: K = N = 4096 Q4_1 327.2 -> 275.6 us, Q4_0 320.1 -> 290.7 (faster in 10 of
-#   10 each); 576 x 1536 Q4_1 43.0 -> 39.5, 1536 x 576 Q4_0 45.0 -> 43.3 (8 of 8). Zen 4 takes the same
-#   code, unmeasured there.
+#   op), the first two steps together: K = N = 4096 Q4_1 327.2 -> 275.6 us, Q4_0 320.1 -> 290.7 (faster
+#   in 10 of 10 each); 576 x 1536 Q4_1 43.0 -> 39.5, 1536 x 576 Q4_0 45.0 -> 43.3 (8 of 8). Zen 4 takes
+#   the same code, unmeasured there.
 # Blocks after the last whole group (K = 576: 2 of 18) take decode_block; a last partial set runs
 # its groups with the missing ones' nibbles and headers zero. Needs AVX-512BW (word permutes and
 # shifts); AVX2 hosts without VNNI take qgemv_octets.mojo (x in base-254 parts, 8 blocks at a time),
@@ -107,7 +109,7 @@ def groups_x_sizes[qtype: StaticString](K: Int) -> Tuple[Int, Int, Int, Int]:
     var sets = group_sets(K)
     return (
         groups * GROUP_X * LANES,
-        groups * LANES if qtype == "q4_0" else 1,
+        (groups + 1) // 2 * LANES if qtype == "q4_0" else 1,
         sets * LANES,
         sets * LANES if qtype == "q4_1" else 1,
     )
@@ -169,7 +171,8 @@ def groups_layout[qtype: StaticString](x: Ptr[F32], K: Int, xp: Ptr[F32], xo: Pt
         x: [K] the activation row.
         K: the row length; groups cover the first (K // 128) * 128 values.
         xp: [groups, 6, 64] int8 out (in [groups, GROUP_X, 16] floats' bits).
-        xo: [groups, 16] out, Q4_0 only: per lane -8 sum N (int32 bits).
+        xo: [ceil(groups / 2), 16] out, Q4_0 only: per lane -8 sum N (int32 bits) of groups 2 j and
+            2 j + 1, added as _pair_sums adds the groups' products.
         xs: [sets, 16] out: s / 2^16 per block.
         xb: [sets, 16] out, Q4_1 only: per block sum x (its m term).
     """
@@ -178,6 +181,7 @@ def groups_layout[qtype: StaticString](x: Ptr[F32], K: Int, xp: Ptr[F32], xo: Pt
         xs[unsafe_offset=i] = 0
         comptime if qtype == "q4_1":
             xb[unsafe_offset=i] = 0
+    var even_offset = SIMD[DType.int32, LANES](0)
     for g in range(groups):
         var gx = x.unsafe_offset(g * GROUP_VALUES)
         var set_lanes = (g // SET_GROUPS) * LANES + g % SET_GROUPS  # lane 4 b + g of the set's vectors
@@ -203,7 +207,13 @@ def groups_layout[qtype: StaticString](x: Ptr[F32], K: Int, xp: Ptr[F32], xo: Pt
         comptime for p in range(GROUP_X):
             xp.unsafe_store((g * GROUP_X + p) * LANES, bitcast[F32, LANES](parts[p]))
         comptime if qtype == "q4_0":
-            xo.unsafe_store(g * LANES, bitcast[F32, LANES](-8 * offset))
+            # Groups 2 j and 2 j + 1 in _pair_sums' order (a missing partner: zeros).
+            if g % 2 == 0:
+                even_offset = -8 * offset
+                if g == groups - 1:
+                    xo.unsafe_store((g // 2) * LANES, bitcast[F32, LANES](_pair_sums(even_offset, SIMD[DType.int32, LANES](0))))
+            else:
+                xo.unsafe_store((g // 2) * LANES, bitcast[F32, LANES](_pair_sums(even_offset, -8 * offset)))
 
 
 def _packed_perm[qtype: StaticString]() -> SIMD[DType.int16, 32]:
@@ -333,21 +343,25 @@ def _pair_headers[qtype: StaticString, pair: Int](
 
 
 @always_inline
-def _set_block_sums(ints: Array[SIMD[DType.int32, LANES], SET_GROUPS]) -> SIMD[F32, LANES]:
-    """Lane 4 b + g: the sum of group g's lanes 4 b..4 b + 3 (block b), as a float.
+def _pair_sums(a: SIMD[DType.int32, LANES], b: SIMD[DType.int32, LANES]) -> SIMD[DType.int32, LANES]:
+    """Stage 1 of _set_block_sums for groups a, b: per 128-bit lane k (block k), [a 4k + a 4k+2,
+    b 4k + b 4k+2, a 4k+1 + a 4k+3, b 4k+1 + b 4k+3] (vpunpck{l,h}dq and an add)."""
+    return a.shuffle[_UNPACK[1, False]](b) + a.shuffle[_UNPACK[1, True]](b)
+
+
+@always_inline
+def _set_block_sums(t01: SIMD[DType.int32, LANES], t23: SIMD[DType.int32, LANES]) -> SIMD[F32, LANES]:
+    """Lane 4 b + g: the sum of group g's lanes 4 b..4 b + 3 (block b), as a float, from the stage-1
+    sums of groups 0, 1 (t01) and 2, 3 (t23) (_pair_sums).
 
     Two stages of in-lane unpacks and adds (vpunpck{l,h}dq, then {l,h}qdq): the 4 groups' 64 lane sums
     become one vector, so one conversion, one multiply by s and one FMA by d serve the set instead of
-    one of each per group. Stage 1 adds in int32 (16 values: at most 16 * 15 * 127 * 64771 < 2^31),
+    one of each per group. Stage 1 adds in int32 (16 values: at most 16 * 15 * 127 2^16 < 2^31),
     stage 2 in floats (32 values could pass 2^31); each rounds once, as the lane sums did.
     """
-    comptime lo32 = _UNPACK[1, False]
-    comptime hi32 = _UNPACK[1, True]
-    comptime lo64 = _UNPACK[2, False]
-    comptime hi64 = _UNPACK[2, True]
-    var t01 = (ints[0].shuffle[lo32](ints[1]) + ints[0].shuffle[hi32](ints[1])).cast[F32]()
-    var t23 = (ints[2].shuffle[lo32](ints[3]) + ints[2].shuffle[hi32](ints[3])).cast[F32]()
-    return t01.shuffle[lo64](t23) + t01.shuffle[hi64](t23)
+    var f01 = t01.cast[F32]()
+    var f23 = t23.cast[F32]()
+    return f01.shuffle[_UNPACK[2, False]](f23) + f01.shuffle[_UNPACK[2, True]](f23)
 
 
 @always_inline
@@ -383,12 +397,15 @@ def _set[qtype: StaticString, whole: Bool](
                     ints[i] = ints[i] << DIGIT_BITS
                 ints[i] = _dot_halves(ints[i], lo[i], hi[i], bitcast[DType.int8, 64](xg.unsafe_load[width=LANES](0)),
                                       bitcast[DType.int8, 64](xg.unsafe_load[width=LANES](LANES)))
+    var t01 = _pair_sums(ints[0], ints[1])
+    var t23 = _pair_sums(ints[2], ints[3])
     comptime if qtype == "q4_0":
-        comptime for i in range(SET_GROUPS):
-            if whole or i < count:
-                ints[i] += bitcast[DType.int32, LANES](xo.unsafe_load[width=LANES]((g0 + i) * LANES))
+        # The offsets -8 sum N, laid out in the stage-1 order (groups_layout): two adds per set.
+        t01 += bitcast[DType.int32, LANES](xo.unsafe_load[width=LANES](2 * set * LANES))
+        if whole or count > 2:
+            t23 += bitcast[DType.int32, LANES](xo.unsafe_load[width=LANES]((2 * set + 1) * LANES))
     var halves = bitcast[DType.float16, 32](heads)
-    var t = _set_block_sums(ints) * xs.unsafe_load[width=LANES](set * LANES)
+    var t = _set_block_sums(t01, t23) * xs.unsafe_load[width=LANES](set * LANES)
     var new_acc = halves.slice[LANES, offset=0]().cast[F32]().fma(t, acc)
     comptime if qtype == "q4_1":
         return (new_acc, halves.slice[LANES, offset=LANES]().cast[F32]().fma(xb.unsafe_load[width=LANES](set * LANES), acc_m))
@@ -404,7 +421,7 @@ def qgemv_row_groups[qtype: StaticString](
 
     Args:
         x: [K] the activation row (for the blocks after the last whole group).
-        xp: [groups, GROUP_X, 16], xo: [groups, 16] (Q4_0), xs: [sets, 16], xb: [sets, 16] (Q4_1)
+        xp: [groups, GROUP_X, 16], xo: [ceil(groups / 2), 16] (Q4_0), xs: [sets, 16], xb: [sets, 16] (Q4_1)
             from groups_layout.
         w: the weights, rows of row_bytes bytes of GGUF blocks.
         row_bytes: bytes per weight row.
