@@ -39,6 +39,11 @@
 # nibbles (qpair_bytes.group_headers). Zen 4, profile_qmatmul, one core cache-resident, 128 x 4096, 4
 # alternating runs, minimums, ns per block: Q4_0 0.734 -> 0.673, Q4_1 0.733 -> 0.714. In a graph,
 # chains of 4096 x 4096 Q4_0 copies from DRAM, 8 interleaved rounds, median per op 287.8 -> 274.3 us.
+# Tried on the Intel Xeon VM (2026-12-05): sets of 16 blocks finished together as the float group rows
+# do (qgemv_groups.mojo: the 8 pair dot products summed per block by 14 in-lane shuffles and 7 adds,
+# then one conversion and one FMA by d dx, the 16 headers by two two-source permutes): ~11 fewer vector
+# uops per 16 blocks, yet slower, profile_qmatmul 128 x 4096 one core, 5 alternating runs, medians:
+# Q4_0 0.590 -> 0.644 ns per block, Q4_1 0.620 -> 0.644. Not kept.
 
 from std.memory import bitcast
 
