@@ -16,8 +16,11 @@ QTYPES = ("q4_0", "q4_1", "q8_0", "f16")
 # The batch-1 int8 path takes blocks in octets (AVX2 without VNNI, Q4), then pairs, two pairs per step,
 # then a lone pair and a lone block: K = 64 is one lone pair, 96 (3 blocks) a lone pair and a lone
 # block, 160 (5) one step and a lone block, 480 (15) an octet, a step, a lone pair and a lone block,
-# 576 (18) octets (or steps) and a lone pair.
-QMATMUL_KN = ((576, 1536), (1536, 576), (64, 33), (96, 40), (160, 7), (480, 24), (4096, 96))
+# 576 (18) octets (or steps) and a lone pair. The batch-1 float-activation Q4 rows on AVX-512BW
+# (qgemv_groups.mojo) take groups of 4 blocks in sets of 4 groups, then lone blocks: 160 is a set with
+# 1 of its 4 groups and a lone block, 288 (9) a set with 2 and a lone block, 480 a set with 3 and 3
+# lone blocks, 576 one whole set and 2 lone blocks, 1536 and 4096 whole sets only.
+QMATMUL_KN = ((576, 1536), (1536, 576), (64, 33), (96, 40), (160, 7), (288, 17), (480, 24), (4096, 96))
 
 
 def matmul_graph(h: Harness, dtype: str, variants: tuple[str, ...]):
