@@ -281,6 +281,20 @@ comptime _UNPACK[width: Int, high: Bool] = _unpack_mask[width, high]()
 
 
 @always_inline
+def _word_permute2[as_bytes: Bool, words: SIMD[DType.int16, 32]](
+    a: SIMD[DType.int16, 32], b: SIMD[DType.int16, 32]
+) -> SIMD[DType.int16, 32]:
+    """Word i of the result: word words[i] of a ++ b (vpermt2w); with as_bytes the same move as a
+    vpermt2b behind opaque indices (one uop on Intel against three): LLVM turns visible byte indices
+    that move whole words back into vpermt2w."""
+    comptime if as_bytes:
+        comptime idx = _word_bytes(words)
+        return bitcast[DType.int16, 32](llvm_intrinsic["llvm.x86.avx512.vpermi2var.qi.512", SIMD[DType.uint8, 64]](
+            bitcast[DType.uint8, 64](a), opaque_indices[True](idx), bitcast[DType.uint8, 64](b)))
+    return llvm_intrinsic["llvm.x86.avx512.vpermi2var.hi.512", SIMD[DType.int16, 32]](a, words, b)
+
+
+@always_inline
 def _dot_halves(
     acc: SIMD[DType.int32, LANES], lo: SIMD[DType.uint8, 64], hi: SIMD[DType.uint8, 64], x_lo: SIMD[DType.int8, 64],
     x_hi: SIMD[DType.int8, 64],
@@ -309,14 +323,7 @@ def _group_nibbles[qtype: StaticString](
     prefetch_ahead(blk.unsafe_offset(64), far)
     var win0 = bitcast[DType.int16, 32](blk.unsafe_load[width=64](0))
     var win1 = bitcast[DType.int16, 32](blk.unsafe_offset(4 * bb - 64).unsafe_load[width=64](0))
-    var words: SIMD[DType.uint16, 32]
-    comptime if byte_perm[qtype]():
-        comptime idx = _word_bytes(_PACKED_PERM[qtype])
-        words = bitcast[DType.uint16, 32](llvm_intrinsic["llvm.x86.avx512.vpermi2var.qi.512", SIMD[DType.uint8, 64]](
-            bitcast[DType.uint8, 64](win0), opaque_indices[True](idx), bitcast[DType.uint8, 64](win1)))
-    else:
-        words = bitcast[DType.uint16, 32](
-            llvm_intrinsic["llvm.x86.avx512.vpermi2var.hi.512", SIMD[DType.int16, 32]](win0, _PACKED_PERM[qtype], win1))
+    var words = bitcast[DType.uint16, 32](_word_permute2[byte_perm[qtype](), _PACKED_PERM[qtype]](win0, win1))
     var lo = bitcast[DType.uint8, 64](words & UInt16(0x0F0F))
     var hi: SIMD[DType.uint8, 64]
     comptime if HIGH_NIBBLE_GFNI:
@@ -332,14 +339,9 @@ def _pair_headers[qtype: StaticString, pair: Int](
     win_a: SIMD[DType.int16, 32], win_b: SIMD[DType.int16, 32]
 ) -> SIMD[DType.int16, 32]:
     """The headers of a set's groups 2 pair and 2 pair + 1 (first windows win_a, win_b) in the set's
-    lanes (_pair_header_perm): vpermt2w, or a hidden vpermt2b (one uop on Intel against three) where
-    VBMI and OPAQUE_PERM: whole-word moves, which LLVM would otherwise turn back into vpermt2w."""
-    comptime if CompilationTarget._has_feature["avx512vbmi"]() and OPAQUE_PERM:
-        comptime idx = _word_bytes(_PAIR_HEADER_PERM[qtype, pair])
-        return bitcast[DType.int16, 32](llvm_intrinsic["llvm.x86.avx512.vpermi2var.qi.512", SIMD[DType.uint8, 64]](
-            bitcast[DType.uint8, 64](win_a), opaque_indices[True](idx), bitcast[DType.uint8, 64](win_b)))
-    return llvm_intrinsic["llvm.x86.avx512.vpermi2var.hi.512", SIMD[DType.int16, 32]](
-        win_a, _PAIR_HEADER_PERM[qtype, pair], win_b)
+    lanes (_pair_header_perm), as hidden byte permutes where VBMI and OPAQUE_PERM, for both formats."""
+    comptime as_bytes = CompilationTarget._has_feature["avx512vbmi"]() and OPAQUE_PERM
+    return _word_permute2[as_bytes, _PAIR_HEADER_PERM[qtype, pair]](win_a, win_b)
 
 
 @always_inline

@@ -6,8 +6,8 @@
 # (4 widenings, 4 conversions and 4 FMAs per block on 8-lane vectors): ~2 ns per block on one Zen 3
 # core, about half the DRAM stream's pace. Here x is held in integers as in qgemv_groups.mojo (the
 # AVX-512 rows): per block of 32 values s = max|x| / 127 (qgemv_groups.part_scale) and three int8
-# parts, x = s (A + B / 254 + C / 254^2) (int8_parts), laid out once per call (octets_layout) in the byte order of
-# the int8 rows' block octets (qdot_int8.mojo): each weight octet's nibbles are split once
+# parts, x = s (A + B / 254 + C / 254^2) (int8_parts), laid out once per call (octets_layout) in the
+# byte order of the int8 rows' block octets (qdot_int8.mojo): each weight octet's nibbles are split once
 # (octet_nibbles) and dotted with all three parts by octet_dot (vpmaddubsw, int16 adds, two vphaddw
 # levels, one vpmaddwd): per block and part one int32 sum, lane k for block octet_block(k).
 #   - AB = 254 dot(q, A) + dot(q, B) (the 254 is octet_dot's last vpmaddwd factor, free): at most
