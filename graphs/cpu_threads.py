@@ -18,6 +18,17 @@ In-process A/B (interleaved, 8 x 48 decode steps each): mean decode step 6.75 ->
 (148 -> 178 tok/s), p90 8.79 -> 5.88 ms; 512-token prefill 396 -> 369 ms. Workers niced alone: 6.30 ms;
 helper idled alone: 5.88 ms (its median gain, without the tick-long outliers fixed).
 
+Also tried, not used: how long the workers busy-wait before they sleep. MAX 26.7 reads it from two
+places that must agree, `MODULAR_THREAD_BUSY_WAIT_US` (the driver's CPU device) and
+`MODULAR_RUNTIME_THREAD_BUSY_WAIT_TIME_US` (the engine's config key `runtime.thread_busy_wait_time_us`);
+both default to 200 us, and setting only the first aborts the process at `InferenceSession()`
+("getOrCreateCPUDevice called requesting different options"). Wall per execute of 300 single Q4_1
+4096 x 4096 qmatmuls, one process per run, runs alternating between values (us): 0 -> 452, 510;
+20 -> 410, 457; 200 -> 362, 367, 480; 1000 -> 420, 444, 564; 2000 -> 352; 10000 -> 354, 384. The
+spread between processes at one value (this host drifts up to 1.5x) is as large as any difference
+between values, and the calling thread's 60-90 us of CPU per execute was the same at every value: the
+default stays.
+
 The threads are found by what they are and do, not by creation order: workers by their name, the helper
 as a thread that is neither a Python thread nor a worker and that woke at least twice per millisecond
 of an execution while using little CPU per wake. Both settings are process-wide and a non-root process
