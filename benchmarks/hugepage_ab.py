@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.matmul_ab import check_weight_args, random_operands
+
 HUGE = 2 << 20
 
 
@@ -49,10 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if min(args.k, args.n, args.copies, args.rounds) < 1:
         p.error("k, n, --copies and --rounds must be >= 1")
-    if args.qtype != "f32" and args.k % 32:
-        p.error("GGUF block weights need k to be a multiple of 32")
-    if args.act != "f32" and args.qtype == "f32":
-        p.error("--act q8 needs --qtype q4_0, q4_1 or q8_0")
+    check_weight_args(p, args)
 
     from max.driver import Buffer
     from max.engine import InferenceSession
@@ -67,14 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     dev = max_device("cpu")
     session = InferenceSession(devices=[dev])
     threads = CpuThreadTuner(True)
-    rng = np.random.default_rng(0)
     # x: [1, K]; w: [N, K] floats, or [N, K / 32 * block bytes] uint8 GGUF blocks.
-    x = Buffer.from_numpy(rng.standard_normal((1, args.k), dtype=np.float32))
-    w_np = rng.standard_normal((args.n, args.k), dtype=np.float32) / np.float32(np.sqrt(args.k))
-    if args.qtype != "f32":
-        from crucible.conformance.reference import quantize
-
-        w_np = quantize(w_np, args.qtype)
+    x_np, w_np = random_operands(1, args.k, args.n, args.qtype)
+    x = Buffer.from_numpy(x_np)
     huge = [huge_page_copy(w_np) for _ in range(args.copies)]
     weights = {
         "plain": [Buffer.from_numpy(w_np.copy()) for _ in range(args.copies)],

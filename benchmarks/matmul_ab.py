@@ -22,6 +22,31 @@ from pathlib import Path
 import numpy as np
 
 
+def check_weight_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Rejects --qtype / --act combinations the ops do not take (exits through p.error)."""
+    if args.qtype != "f32" and args.k % 32:
+        p.error("GGUF block weights need k to be a multiple of 32")
+    if args.act != "f32" and args.qtype == "f32":
+        p.error("--act q8 needs --qtype q4_0, q4_1 or q8_0")
+
+
+def random_operands(m: int, k: int, n: int, qtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded operands for one matmul shape.
+
+    Returns:
+        x: [m, k] float32, and w: [n, k] float32 (nn.Linear layout) for qtype "f32", else the gguf
+        reference quantizer's [n, k / 32 * block bytes] uint8 blocks of it.
+    """
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    w = rng.standard_normal((n, k), dtype=np.float32) / np.float32(np.sqrt(k))
+    if qtype != "f32":
+        from crucible.conformance.reference import quantize
+
+        w = quantize(w, qtype)
+    return x, w
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("m", type=int)
@@ -40,10 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("m, k, n and --rounds must be >= 1")
     if args.copies < 0 or (args.copies and args.m != 1):
         p.error("--copies must be >= 0, and chains are decode rows (m = 1)")
-    if args.qtype != "f32" and args.k % 32:
-        p.error("GGUF block weights need k to be a multiple of 32")
-    if args.act != "f32" and args.qtype == "f32":
-        p.error("--act q8 needs --qtype q4_0, q4_1 or q8_0")
+    check_weight_args(p, args)
 
     from max.driver import Buffer
     from max.dtype import DType
@@ -59,14 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     dev = max_device("cpu")
     session = InferenceSession(devices=[dev])
     threads = CpuThreadTuner(True)
-    rng = np.random.default_rng(0)
-    # x: [M, K], w: [N, K] (nn.Linear layout), float32; quantized: [N, K / 32 * block bytes] uint8.
-    x = Buffer.from_numpy(rng.standard_normal((args.m, args.k), dtype=np.float32)).to(dev)
-    w_np = rng.standard_normal((args.n, args.k), dtype=np.float32) / np.float32(np.sqrt(args.k))
-    if args.qtype != "f32":
-        from crucible.conformance.reference import quantize
-
-        w_np = quantize(w_np, args.qtype)
+    x_np, w_np = random_operands(args.m, args.k, args.n, args.qtype)
+    x = Buffer.from_numpy(x_np).to(dev)
     ws = [Buffer.from_numpy(w_np.copy()).to(dev) for _ in range(max(1, args.copies))]
     inputs = [x, *ws]
 
