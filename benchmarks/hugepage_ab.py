@@ -87,7 +87,6 @@ def main(argv: list[str] | None = None) -> int:
             per_round[s].append(t[s].median * 1e6 / args.copies)
         print(r, {s: round(v[-1], 1) for s, v in per_round.items()}, flush=True)
     print("medians of rounds (us):", {s: round(float(np.median(v)), 1) for s, v in per_round.items()})
-    del systems, weights, huge
     return 0
 
 
