@@ -1,4 +1,4 @@
-# Standalone fp32 GEMM driver for profiling (kernels/matmul_cpu.mojo, gemm_cpu): no graph, no JIT, so
+# Standalone fp32 GEMM driver for profiling (kernels/gemm_cpu.mojo): no graph, no JIT, so
 # `perf annotate` sees the micro-kernel's instructions. Timing only, no baseline: speed claims belong to
 # `crucible bench kernels`, which runs MAX's ops.matmul beside ours in one process.
 #
@@ -17,7 +17,7 @@ from std.sys import argv
 from std.time import perf_counter_ns
 
 from kernels.common import BytePtr, F32, Ptr, scratch
-from kernels.matmul_cpu import KC, MC, MR, NR, _micro_tile, gemm_cpu
+from kernels.gemm_cpu import KC, MC, MR, NR, _micro_tile, gemm_cpu
 
 
 def _fill(p: Ptr[F32], n: Int, seed: Int):

@@ -35,7 +35,7 @@ _AMD_CORES: tuple[tuple[int, range, str], ...] = (
 )
 
 # SIMD features that pick kernel code paths (kernels/qdot_int8.mojo, qgemv_rows_q8.mojo,
-# matmul_cpu.mojo), as /proc/cpuinfo spells them on x86 ("flags") and aarch64 ("Features").
+# gemm_cpu.mojo), as /proc/cpuinfo spells them on x86 ("flags") and aarch64 ("Features").
 _SIMD_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "avx512_vnni", "avx512vbmi", "gfni",
                "amx_tile", "asimd", "asimddp", "sve")
 

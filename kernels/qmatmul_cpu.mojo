@@ -12,7 +12,7 @@
 #          Q4_0 / Q4_1 take qgemv_groups.mojo, 4 blocks at a time in integers, and on AVX2 hosts
 #          without VNNI qgemv_octets.mojo, 8 blocks at a time), qgemv_rows_q8.mojo
 #          (act = "q8": x quantized to int8 per block, integer block dot products).
-#   gemm   M > 32 (prefill). The fp32 GEMM of matmul_cpu.mojo with a packing step that decodes blocks
+#   gemm   M > 32 (prefill). The fp32 GEMM of gemm_cpu.mojo with a packing step that decodes blocks
 #          into the KC x NR micro-panel; the float weights never exist beyond that panel.
 # Why 32: decode steps of SmolLM2 measured 17 ms at 8 sequences but 54 ms at 9 through the GEMM
 # (packing decodes every block into memory and small M cannot amortize it); groups of 8 cost one
@@ -24,7 +24,8 @@
 from max.gpu.host import DeviceContext
 
 from .common import BytePtr, F32, Ptr, ceil_div, cpu_threads, parallel_for, scratch
-from .matmul_cpu import GEMV_MAX_M, gemm_cpu
+from .gemm_cpu import gemm_cpu
+from .gemv_cpu import GEMV_MAX_M
 from .qdot_int8 import (
     OCTETS, PAIR, PAIR_LANES, I8Ptr, octet_floats, octet_layout_q8, pair_layout_q8, quantize_rows_q8, row_pair_layout_q8,
 )

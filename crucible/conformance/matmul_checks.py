@@ -10,7 +10,7 @@ from crucible.conformance.tolerance import dot_bound, error_ratio
 
 MATMUL_M = (1, 2, 7, 8, 64, 300)
 MATMUL_KN = ((576, 1536), (1536, 576), (577, 33), (100, 1537), (16, 5))
-# The CPU GEMM runs M in slabs of 2016 rows (matmul_cpu.mojo SLAB_M): 2100 rows take two.
+# The CPU GEMM runs M in slabs of 2016 rows (gemm_cpu.mojo SLAB_M): 2100 rows take two.
 MATMUL_BIG = ((1, 4096, 4096), (8, 4096, 4096), (64, 4096, 4096), (2100, 64, 40))
 QTYPES = ("q4_0", "q4_1", "q8_0", "f16")
 # The batch-1 int8 path takes blocks in octets (AVX2 without VNNI, Q4), then pairs, two pairs per step,
