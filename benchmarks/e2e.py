@@ -166,6 +166,27 @@ def llama_cpp_sample(build, gguf: Path, prompt_tokens: int, gen_tokens: int, rep
                   statistics.median(rows["tg"].tok_s_samples), prompt_tokens, gen_tokens)
 
 
+class BaselineError(RuntimeError):
+    """A baseline system (MAX's pipeline, llama.cpp) failed to produce a sample."""
+
+
+def baseline_sample(system: str, runner: object, text: str, gguf: Path, cfg: E2EConfig, rep: int) -> Sample:
+    """One sample of a baseline: "max" (runner: the float32 folder) or "llama.cpp" (runner: its build).
+
+    Raises:
+        BaselineError: the baseline's process failed (the message has its error output).
+    """
+    from benchmarks.llamacpp import LlamaCppError
+    from crucible.max_cli import MaxCliError
+
+    try:
+        if system == "max":
+            return max_sample(runner, text, cfg.gen_tokens, rep)
+        return llama_cpp_sample(runner, gguf, cfg.prompt_tokens, cfg.gen_tokens, rep)
+    except (LlamaCppError, MaxCliError) as exc:
+        raise BaselineError(str(exc)) from exc
+
+
 def run_e2e(cfg: E2EConfig, log=print) -> E2EReport:
     """Prepares every system, then runs cfg.reps interleaved rounds."""
     from crucible.registry import resolve_model
@@ -213,10 +234,17 @@ def run_e2e(cfg: E2EConfig, log=print) -> E2EReport:
             log(f"rep {rep + 1}/{cfg.reps}: {system} ...")
             if system in CRUCIBLE_SYSTEMS:
                 s = runners[system].run(ids, cfg.gen_tokens, rep)
-            elif system == "max":
-                s = max_sample(runners["max"], text, cfg.gen_tokens, rep)
             else:
-                s = llama_cpp_sample(runners["llama.cpp"], source.path, cfg.prompt_tokens, cfg.gen_tokens, rep)
+                try:
+                    s = baseline_sample(system, runners[system], text, source.path, cfg, rep)
+                except BaselineError as exc:
+                    # A baseline that fails drops out of every later rep, and the report says why:
+                    # its targets print SKIPPED, never a ratio over the reps that did run.
+                    log(f"{system}: RUN FAILED, its rows are skipped: {exc}")
+                    report.notes[f"{system}_failed"] = str(exc)[:1000]
+                    report.samples = [x for x in report.samples if x.system != system]
+                    del runners[system]
+                    continue
             report.samples.append(s)
             log(f"  prefill {s.prefill_tok_s:8.1f} tok/s   decode {s.decode_tok_s:7.1f} tok/s")
     for system in CRUCIBLE_SYSTEMS:
@@ -257,6 +285,10 @@ def format_report(report: E2EReport, targets: list[dict[str, object]]) -> str:
         lines.append(f"{system:<13}{e['prefill_tok_s']:>10.1f} [{e['prefill_tok_s_min']:.0f}-{e['prefill_tok_s_max']:.0f}]"
                      f"{'':>4}{e['decode_tok_s']:>10.1f} [{e['decode_tok_s_min']:.0f}-{e['decode_tok_s_max']:.0f}]"
                      f"{e['gen_tokens']:>6.0f}")
+    for key, why in report.notes.items():
+        if key.endswith("_failed"):
+            first = (str(why).strip().splitlines() or ["(no message)"])[0]
+            lines.append(f"FAILED   {key.removesuffix('_failed')}: {first[:200]}")
     for t in targets:
         state = "SKIPPED" if t["met"] is None else ("MET    " if t["met"] else "NOT MET")
         value = "-" if t["value"] is None else f"{t['value']:.2f}x"

@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -57,26 +58,50 @@ def default_cache_dir() -> Path:
 
 
 def is_built(cache_dir: Path | None = None) -> bool:
-    """Whether a finished build is cached (ensure_built would not build)."""
+    """Whether a finished build with today's flags is cached (ensure_built would not build)."""
     cache = cache_dir or default_cache_dir()
-    return (cache / "build-info.json").is_file() and all((cache / "bin" / t).exists() for t in TARGETS)
+    record = cache / "build-info.json"
+    if not record.is_file() or not all((cache / "bin" / t).exists() for t in TARGETS):
+        return False
+    try:
+        flags = json.loads(record.read_text()).get("cmake_flags")
+    except (OSError, ValueError):
+        return False
+    return flags == list(cmake_flags())
 
 
-CMAKE_FLAGS = (
-    "-DCMAKE_BUILD_TYPE=Release",
-    "-DGGML_NATIVE=ON",           # -march=native: the CPU flags this machine has
-    "-DBUILD_SHARED_LIBS=OFF",
-    "-DLLAMA_BUILD_TESTS=OFF",
-    "-DLLAMA_BUILD_EXAMPLES=OFF",
-    "-DLLAMA_BUILD_TOOLS=ON",
-    "-DLLAMA_BUILD_SERVER=ON",
-    "-DLLAMA_OPENSSL=OFF",        # loopback benchmarks only
-    "-DLLAMA_USE_PREBUILT_UI=OFF",  # no download of the web UI
-)
+# ggml's AMX backend, which -march=native turns on wherever the CPU reports AMX, crashed llama-bench at
+# its first matmul on a 2-vCPU Intel VM (2026-12-05; SIGSEGV, a #GP in `ldtilecfg` on a tile config
+# holding garbage). The same crash is llama.cpp issue #20824, and its open fix (PR #26954) says the
+# compiler drops the stack-held config. A plain AMX test program (ldtilecfg, tilezero) ran on that VM,
+# so AMX itself works there. x86 builds therefore leave AMX out (GCC 12 checked: explicit -mno-* flags
+# win over -march=native in either order), and llama.cpp runs its AVX-512 / AVX2 kernels, as on any
+# host without AMX. The record's `cmake_flags` say so.
+NO_AMX_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
+
+def cmake_flags(machine: str | None = None) -> tuple[str, ...]:
+    """The configure flags for a build on `machine` (platform.machine() when None)."""
+    flags = (
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DGGML_NATIVE=ON",           # -march=native: the CPU flags this machine has
+        "-DBUILD_SHARED_LIBS=OFF",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_BUILD_TOOLS=ON",
+        "-DLLAMA_BUILD_SERVER=ON",
+        "-DLLAMA_OPENSSL=OFF",        # loopback benchmarks only
+        "-DLLAMA_USE_PREBUILT_UI=OFF",  # no download of the web UI
+    )
+    if (machine or platform.machine()).lower() in ("x86_64", "amd64"):
+        flags += (f"-DCMAKE_C_FLAGS={NO_AMX_FLAGS}", f"-DCMAKE_CXX_FLAGS={NO_AMX_FLAGS}")
+    return flags
 
 
 def ensure_built(cache_dir: Path | None = None, log=print) -> LlamaCppBuild:
-    """Returns the cached build, building it first if needed (about 15 minutes on 2 cores).
+    """Returns the cached build, building it first if needed (4-15 minutes on 2 cores).
+
+    A cached build made with other flags (cmake_flags()) is rebuilt.
 
     Raises:
         LlamaCppError: pip, cmake or the compiler failed (the message has the tail of the log).
@@ -100,9 +125,10 @@ def ensure_built(cache_dir: Path | None = None, log=print) -> LlamaCppBuild:
     with tarfile.open(sdist) as tar:
         tar.extractall(work, filter="data")
     src = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
-    log(f"llama.cpp: building {', '.join(TARGETS)} (cmake, Release, native; ~15 min on 2 cores) ...")
+    log(f"llama.cpp: building {', '.join(TARGETS)} (cmake, Release, native; 4-15 min on 2 cores) ...")
     start = time.perf_counter()
-    _run(["cmake", "-S", str(src), "-B", str(work / "build"), *CMAKE_FLAGS], work / "configure.log")
+    flags = cmake_flags()
+    _run(["cmake", "-S", str(src), "-B", str(work / "build"), *flags], work / "configure.log")
     _run(["cmake", "--build", str(work / "build"), "--target", *TARGETS, "-j", str(os.cpu_count() or 2)],
          work / "build.log")
     seconds = time.perf_counter() - start
@@ -114,11 +140,21 @@ def ensure_built(cache_dir: Path | None = None, log=print) -> LlamaCppBuild:
         shutil.rmtree(bin_dir)
     staged.rename(bin_dir)
     record.write_text(json.dumps({"source": source, "build_seconds": round(seconds, 1),
-                                  "cmake_flags": list(CMAKE_FLAGS), "machine": platform.processor() or platform.machine(),
+                                  "cmake_flags": list(flags), "machine": platform.processor() or platform.machine(),
                                   "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1))
     shutil.rmtree(work, ignore_errors=True)
     log(f"llama.cpp: built in {seconds:.0f} s, cached in {cache}")
-    return LlamaCppBuild(bin_dir, source, seconds, True, CMAKE_FLAGS)
+    return LlamaCppBuild(bin_dir, source, seconds, True, flags)
+
+
+def exit_status(returncode: int) -> str:
+    """"exit 1", or "signal 11 (SIGSEGV)" for a process the signal killed (subprocess's negative codes)."""
+    if returncode >= 0:
+        return f"exit {returncode}"
+    try:
+        return f"signal {-returncode} ({signal.Signals(-returncode).name})"
+    except ValueError:
+        return f"signal {-returncode}"
 
 
 def _run(cmd: list[str], log_path: Path) -> None:
@@ -126,7 +162,7 @@ def _run(cmd: list[str], log_path: Path) -> None:
         proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         tail = log_path.read_text(errors="replace")[-3000:]
-        raise LlamaCppError(f"`{' '.join(cmd[:4])} ...` failed ({proc.returncode}); log {log_path}:\n{tail}")
+        raise LlamaCppError(f"`{' '.join(cmd[:4])} ...` failed ({exit_status(proc.returncode)}); log {log_path}:\n{tail}")
 
 
 @dataclass(frozen=True)
@@ -147,7 +183,7 @@ def llama_bench(build: LlamaCppBuild, gguf: Path, *, n_prompt: int, n_gen: int, 
            "-t", str(threads), "-r", str(repetitions), "-o", "json"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise LlamaCppError(f"llama-bench failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        raise LlamaCppError(f"llama-bench failed ({exit_status(proc.returncode)}):\n{proc.stderr[-3000:]}")
     rows = json.loads(proc.stdout)
     out = []
     for r in rows:

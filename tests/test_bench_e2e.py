@@ -65,3 +65,35 @@ def test_int8_variant_gets_its_own_targets() -> None:
     assert t["decode batch 1: crucible-q8 / llama.cpp >= 1.0x"]["value"] == pytest.approx(155 / 130)
     assert t["decode batch 1: crucible / llama.cpp >= 1.0x"]["value"] == pytest.approx(145 / 130)
     assert "crucible-q8" in format_report(report, list(t.values()))
+
+
+def test_failing_baseline_is_skipped_with_its_reason(tiny_models, monkeypatch) -> None:
+    """llama-bench crashing on the second rep (as it did on an AMX host) drops llama.cpp from the report
+    with the reason, instead of ending the benchmark with a traceback."""
+    import benchmarks.llamacpp as llamacpp
+    from benchmarks.e2e import run_e2e
+
+    fake = llamacpp.LlamaCppBuild(Path("/nonexistent"), "fake", 0.0, False, ())
+    monkeypatch.setattr(llamacpp, "is_built", lambda cache_dir=None: True)
+    monkeypatch.setattr(llamacpp, "ensure_built", lambda cache_dir=None, log=print: fake)
+    calls = []
+
+    def bench(build, gguf, *, n_prompt, n_gen, threads, repetitions):
+        calls.append(n_prompt)
+        if len(calls) > 1:
+            raise llamacpp.LlamaCppError(f"llama-bench failed ({llamacpp.exit_status(-11)}):\n")
+        return [llamacpp.LlamaBenchResult("pp", n_prompt, 0, (300.0,), "x"),
+                llamacpp.LlamaBenchResult("tg", 0, n_gen, (100.0,), "x")]
+
+    monkeypatch.setattr(llamacpp, "llama_bench", bench)
+    cfg = E2EConfig(model=str(tiny_models["llama"].gguf["Q4_0"]), systems=("llama.cpp",), prompt_tokens=64,
+                    gen_tokens=8, reps=3)
+    log: list[str] = []
+    report = run_e2e(cfg, log=log.append)
+    assert len(calls) == 2                      # no third attempt after the failure
+    assert report.samples == []                 # the first rep's sample is not kept alone
+    assert "SIGSEGV" in report.notes["llama.cpp_failed"]
+    assert any("RUN FAILED" in line for line in log)
+    text = format_report(report, check_targets(report.summary()))
+    assert "FAILED   llama.cpp: llama-bench failed (signal 11 (SIGSEGV)):" in text
+    assert "SKIPPED  decode batch 1: crucible / llama.cpp" in text
