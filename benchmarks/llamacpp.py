@@ -57,17 +57,21 @@ def default_cache_dir() -> Path:
     return cache_dir() / "llama.cpp" / LLAMA_CPP_PYTHON_VERSION
 
 
-def is_built(cache_dir: Path | None = None) -> bool:
-    """Whether a finished build with today's flags is cached (ensure_built would not build)."""
-    cache = cache_dir or default_cache_dir()
+def _current_record(cache: Path) -> dict | None:
+    """The build record in `cache` if its binaries are there and it was built with today's flags."""
     record = cache / "build-info.json"
     if not record.is_file() or not all((cache / "bin" / t).exists() for t in TARGETS):
-        return False
+        return None
     try:
-        flags = json.loads(record.read_text()).get("cmake_flags")
+        info = json.loads(record.read_text())
     except (OSError, ValueError):
-        return False
-    return flags == list(cmake_flags())
+        return None
+    return info if info.get("cmake_flags") == list(cmake_flags()) else None
+
+
+def is_built(cache_dir: Path | None = None) -> bool:
+    """Whether a finished build with today's flags is cached (ensure_built would not build)."""
+    return _current_record(cache_dir or default_cache_dir()) is not None
 
 
 # ggml's AMX backend, which -march=native turns on wherever the CPU reports AMX, crashed llama-bench at
@@ -109,8 +113,8 @@ def ensure_built(cache_dir: Path | None = None, log=print) -> LlamaCppBuild:
     cache = cache_dir or default_cache_dir()
     record = cache / "build-info.json"
     bin_dir = cache / "bin"
-    if is_built(cache):
-        info = json.loads(record.read_text())
+    info = _current_record(cache)
+    if info is not None:
         return LlamaCppBuild(bin_dir, info["source"], info["build_seconds"], False, tuple(info["cmake_flags"]))
     for tool in ("cmake", "c++"):
         if shutil.which(tool) is None:
