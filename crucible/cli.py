@@ -1,7 +1,8 @@
 """The ``crucible`` command line: one entry point, one subcommand per job.
 
 Subcommand handlers import their heavy dependencies (MAX, torch) lazily so that ``crucible models`` and
-``crucible --help`` answer at once.
+``crucible --help`` answer at once. Failures print one line (crucible/errors.py): status 2 for a user
+error (a bad flag value, a missing or unsupported model, no GPU), 1 for anything else.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 
 from crucible import __version__
 from crucible.devices import NO_GPU, gpu_count
+from crucible.errors import USER_ERROR, report
 from crucible.registry import list_models
 
 
@@ -78,29 +80,30 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
     in_path, out_path = Path(args.input), Path(args.output)
     if not in_path.is_file():
-        print(f"error: input file {in_path} does not exist", file=sys.stderr)
-        return 2
+        raise FileNotFoundError(f"input file {in_path} does not exist")
     gen = Generator(args.model, device=args.device, max_batch_size=args.max_batch_size,
                     activations=args.activations)
     s = run_batch(gen, in_path, out_path, raw=args.raw)
     print(f"[batch] {s.completed} rows generated, {s.errors} errors, {s.skipped} already done; "
           f"{s.completion_tokens} tokens in {s.seconds:.1f}s "
           f"({s.completion_tokens / max(s.seconds, 1e-9):.1f} output tok/s) -> {out_path}", file=sys.stderr)
-    return 0
+    # 1 when any row failed: its record in the output says why; the other rows were generated.
+    return 1 if s.errors else 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serves the model over an OpenAI-compatible HTTP API."""
+    from crucible.registry import resolve_model
     from serve.app import ServerConfig
     from serve.server import run_server
 
+    resolve_model(args.model)  # a missing file or unknown name fails here, before the server starts
     config = ServerConfig(model=args.model, served_name=args.served_model_name, device=args.devices,
                           activations=args.activations,
                           max_batch_size=args.max_batch_size, max_in_flight=args.max_queue,
                           max_body_bytes=args.max_body_bytes, api_key=args.api_key, kv_cache_gib=args.kv_cache_gib)
     print(f"[crucible] serving {args.model} on http://{args.host}:{args.port} (loading; GET /health)", file=sys.stderr)
-    run_server(config, host=args.host, port=args.port)
-    return 0
+    return run_server(config, host=args.host, port=args.port)
 
 
 def cmd_bench_serve(args: argparse.Namespace) -> int:
@@ -241,11 +244,45 @@ def cmd_qualify(args: argparse.Namespace) -> int:
     return 0 if record["qualified"] else 1
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (status 2) instead of the usage block."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(USER_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _bounded_int(lo: int, hi: int | None = None):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
+        if value < lo or (hi is not None and value > hi):
+            raise argparse.ArgumentTypeError(f"{value} is out of range ({lo}..{hi if hi is not None else ''})")
+        return value
+
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a positive number")
+    return value
+
+
+POSITIVE = _bounded_int(1)
+PORT = _bounded_int(1, 65535)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Builds the argument parser with every subcommand."""
-    parser = argparse.ArgumentParser(prog="crucible", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="crucible", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"crucible {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("models", help="list the models Crucible can load by name, and where they are")
     p.set_defaults(func=cmd_models)
@@ -253,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("generate", help="answer one prompt on the embedded model (or --model) with our kernels")
     p.add_argument("prompt", nargs="?", default="What is the capital of France?")
     p.add_argument("--model", default="smollm2-135m", help="registry name, .gguf file or HF folder")
-    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--max-tokens", type=POSITIVE, default=64)
     p.add_argument("--raw", action="store_true", help="continue the text as is (no chat template)")
     p.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
     p.add_argument("--activations", choices=["f32", "q8"], default="f32",
@@ -264,12 +301,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="smollm2-135m", help="registry name, .gguf file or HF folder")
     p.add_argument("--served-model-name", default=None, help="model id clients use (default: --model)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (loopback unless told otherwise)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=PORT, default=8000)
     p.add_argument("--devices", choices=["cpu", "gpu"], default="cpu")
-    p.add_argument("--max-batch-size", type=int, default=32, help="requests decoded together")
-    p.add_argument("--max-queue", type=int, default=256, help="requests admitted at once; more get 429")
-    p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="larger request bodies get 413")
-    p.add_argument("--kv-cache-gib", type=float, default=1.0, help="memory for the paged KV cache")
+    p.add_argument("--max-batch-size", type=POSITIVE, default=32, help="requests decoded together")
+    p.add_argument("--max-queue", type=POSITIVE, default=256, help="requests admitted at once; more get 429")
+    p.add_argument("--max-body-bytes", type=POSITIVE, default=1 << 20, help="larger request bodies get 413")
+    p.add_argument("--kv-cache-gib", type=_positive_float, default=1.0, help="memory for the paged KV cache")
     p.add_argument("--api-key", default=None, help="require Authorization: Bearer <key> (or $CRUCIBLE_API_KEY)")
     p.add_argument("--activations", choices=["f32", "q8"], default="f32",
                    help="q8: int8 activations in the CPU decode matmuls (as llama.cpp; faster, ~1e-2 logit error)")
@@ -280,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("output", help="JSONL results; rerunning skips rows already there")
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
-    p.add_argument("--max-batch-size", type=int, default=32)
+    p.add_argument("--max-batch-size", type=POSITIVE, default=32)
     p.add_argument("--raw", action="store_true", help="prompts are raw text to continue (no chat template)")
     p.add_argument("--activations", choices=["f32", "q8"], default="f32",
                    help="q8: int8 activations in the CPU decode matmuls (as llama.cpp; faster, ~1e-2 logit error)")
@@ -290,26 +327,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--target", choices=["cpu", "gpu"], default="cpu")
     p.add_argument("--no-conformance", action="store_true", help="skip the op grid (the record says so)")
-    p.add_argument("--reps", type=int, default=3, help="throughput repetitions")
-    p.add_argument("--prompt-tokens", type=int, default=512)
-    p.add_argument("--gen-tokens", type=int, default=128)
+    p.add_argument("--reps", type=POSITIVE, default=3, help="throughput repetitions")
+    p.add_argument("--prompt-tokens", type=POSITIVE, default=512)
+    p.add_argument("--gen-tokens", type=POSITIVE, default=128)
     p.add_argument("--out", default="qualify-out")
     p.set_defaults(func=cmd_qualify)
     bench = sub.add_parser("bench", help="benchmarks: kernels, e2e, serve")
-    bench_sub = bench.add_subparsers(dest="bench_command", required=True)
+    bench_sub = bench.add_subparsers(dest="bench_command", required=True, parser_class=_Parser)
     p = bench_sub.add_parser("kernels", help="every kernel at SmolLM2 and Llama-3-8B shapes vs MAX and numpy")
     p.add_argument("--target", choices=["cpu", "gpu"], default="cpu")
     p.add_argument("--out", default="bench-out", help="folder for kernels.json and kernels.png")
     p.add_argument("--quick", action="store_true", help="SmolLM2 shapes and the speed-target rows only")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+    p.add_argument("--jobs", type=POSITIVE, default=os.cpu_count() or 1,
                    help="processes compiling the graphs before the run (default: one per CPU; 1: compile as rows go)")
     p.set_defaults(func=cmd_bench_kernels)
     p = bench_sub.add_parser("e2e", help="batch-1 prefill/decode: crucible vs MAX's pipeline vs llama.cpp")
     p.add_argument("--model", default="smollm2-135m", help="registry name or GGUF file")
     p.add_argument("--systems", default="crucible,crucible-q8,max,llama.cpp")
-    p.add_argument("--prompt-tokens", type=int, default=512)
-    p.add_argument("--gen-tokens", type=int, default=128)
-    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--prompt-tokens", type=POSITIVE, default=512)
+    p.add_argument("--gen-tokens", type=POSITIVE, default=128)
+    p.add_argument("--reps", type=POSITIVE, default=3)
     p.add_argument("--build-llama-cpp", action="store_true",
                    help="build llama.cpp from the llama-cpp-python sdist if not cached (~15 min on 2 cores)")
     p.add_argument("--no-thread-tuning", action="store_true",
@@ -318,10 +355,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bench_e2e)
     p = bench_sub.add_parser("threads", help="batch-1 decode with and without Crucible's CPU thread priorities")
     p.add_argument("--model", default="smollm2-135m", help="registry name or model path")
-    p.add_argument("--context", type=int, default=512, help="prompt tokens before decoding")
-    p.add_argument("--steps", type=int, default=64, help="decode steps per session")
-    p.add_argument("--sessions", type=int, default=3, help="sessions per child process")
-    p.add_argument("--rounds", type=int, default=3, help="child processes per configuration, alternating")
+    p.add_argument("--context", type=POSITIVE, default=512, help="prompt tokens before decoding")
+    p.add_argument("--steps", type=POSITIVE, default=64, help="decode steps per session")
+    p.add_argument("--sessions", type=POSITIVE, default=3, help="sessions per child process")
+    p.add_argument("--rounds", type=POSITIVE, default=3, help="child processes per configuration, alternating")
     p.add_argument("--out", default="bench-out", help="folder for threads.json")
     p.set_defaults(func=cmd_bench_threads)
     p = bench_sub.add_parser("serve", help="load-test servers: crucible, max serve, llama-server (or --url)")
@@ -333,9 +370,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--served-name", default=None, help="model id to request if it differs from --model")
     p.add_argument("--system", default="external", help="label for a --url server's results")
     p.add_argument("--levels", default="1,4,16,64", help="concurrency levels")
-    p.add_argument("--max-requests", type=int, default=64, help="requests per level at most")
+    p.add_argument("--max-requests", type=POSITIVE, default=64, help="requests per level at most")
     p.add_argument("--max-seconds", type=float, default=120.0, help="seconds per level at most")
-    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--max-tokens", type=POSITIVE, default=128)
     p.add_argument("--api-key", default=None)
     p.add_argument("--out", default="bench-out")
     p.set_defaults(func=cmd_bench_serve)
@@ -350,11 +387,17 @@ def wants_gpu(args: argparse.Namespace) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line and returns the exit status."""
     args = build_parser().parse_args(argv)
+    prog = " ".join(["crucible", args.command, getattr(args, "bench_command", None) or ""]).strip()
     # Checked here, before anything loads (crucible.devices.max_device raises the same error later).
     if wants_gpu(args) and gpu_count() == 0:
-        print(f"crucible: {NO_GPU}", file=sys.stderr)
-        return 2
-    return int(args.func(args) or 0)
+        print(f"{prog}: error: {NO_GPU}", file=sys.stderr)
+        return USER_ERROR
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - one line, not a traceback (CRUCIBLE_DEBUG=1 shows it)
+        return report(prog, exc)
 
 
 if __name__ == "__main__":

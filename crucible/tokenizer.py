@@ -1,7 +1,9 @@
 """Tokenizer and chat template of a model, from its Hugging Face folder or from its GGUF file.
 
-transformers builds a fast tokenizer from GGUF metadata (~20 s for SmolLM2's 49k-token vocabulary), so
-the converted tokenizer is cached on disk, keyed by the file's path, size and mtime.
+A GGUF file's tokenizer is built from its metadata (`tokenizer.ggml.*`, `tokenizer.chat_template`) by
+transformers' own GGUF path, which otherwise insists on torch; the base install has no torch. The
+converted tokenizer is cached on disk, keyed by the file's path, size and mtime, since a 49k-token
+vocabulary takes seconds to convert.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def load_tokenizer(source: ModelSource):
     cached = cache_dir() / "tokenizers" / key
     if (cached / "tokenizer_config.json").is_file():
         return AutoTokenizer.from_pretrained(cached)
-    tok = AutoTokenizer.from_pretrained(source.path.parent, gguf_file=source.path.name)
+    tok = gguf_tokenizer(source.path)
     tmp = cached.with_name(key + f".tmp{os.getpid()}")
     tok.save_pretrained(tmp)
     try:
@@ -45,6 +47,35 @@ def load_tokenizer(source: ModelSource):
     except OSError:  # another process cached it first
         pass
     return tok
+
+
+def gguf_tokenizer(path: Path):
+    """Builds the tokenizer of a GGUF file from its metadata, as transformers does, without torch.
+
+    `AutoTokenizer.from_pretrained(gguf_file=...)` reads the file with `load_gguf_checkpoint`, which
+    refuses to run without torch although only its tensor path (not taken for a tokenizer) uses it.
+    The gate is opened for this call alone, so the tokenizer class, special tokens and chat template
+    are exactly transformers' (tests/test_newcomer.py compares a torch-free environment's token ids
+    with the test environment's).
+
+    Args:
+        path: The .gguf file.
+
+    Returns:
+        The transformers tokenizer with the file's vocabulary, special tokens and chat template.
+    """
+    from unittest import mock
+
+    import gguf
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    from transformers import AutoTokenizer
+
+    if "tokenizer.ggml.tokens" not in gguf.GGUFReader(str(path)).fields:
+        from graphs.config import UnsupportedModelError
+
+        raise UnsupportedModelError(f"{path} has no tokenizer in its metadata (tokenizer.ggml.tokens)")
+    with mock.patch.object(gguf_utils, "is_torch_available", lambda: True):
+        return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
 
 
 def chat_prompt_ids(tokenizer, messages: Sequence[Message]) -> list[int]:

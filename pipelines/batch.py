@@ -3,7 +3,8 @@
 Input lines: {"prompt": "..."} or {"messages": [...]}, with an optional "id" (default "line-N") and
 optional sampling fields (temperature, top_p, top_k, seed, max_tokens, stop, ignore_eos).
 Output lines: {"id", "text", "finish_reason", "prompt_tokens", "completion_tokens",
-"time_to_first_token_s", "total_time_s"}, or {"id", "error"} for a row that could not run.
+"time_to_first_token_s", "total_time_s"}, or {"id", "error"} for a row that could not run; a row that
+failed while generating has both (finish_reason "error"). One failing row never stops the others.
 
 - Rows go through the continuous-batching engine together (a window of them at a time).
 - Resumable: rows whose id is already in OUT are skipped; a torn last line (killed mid-write) is cut
@@ -65,6 +66,8 @@ def parse_row(line_no: int, line: str, encode: Callable[[object], list[int]]) ->
         return BatchRow(row_id, encode(prompt), params)
     except (SamplingError, ValueError, TypeError) as exc:
         return BatchRow(row_id, error=str(exc))
+    except Exception as exc:  # noqa: BLE001 - e.g. the tokenizer refusing a lone surrogate: this row only
+        return BatchRow(row_id, error=f"{type(exc).__name__}: {exc}")
 
 
 def done_ids(out_path: Path) -> set[str]:
@@ -162,7 +165,7 @@ def run_batch(generator: Generator, in_path: Path, out_path: Path, window: int =
                 if row.error is None:
                     try:
                         req = engine.submit(row.prompt_ids, row.params)
-                    except ValueError as exc:  # too long for the context, bad ids
+                    except Exception as exc:  # noqa: BLE001 - too long for the context, bad ids, ...
                         row = BatchRow(row.row_id, error=str(exc))
                 if row.error is not None:
                     out.write({"id": row.row_id, "error": row.error})
@@ -187,8 +190,11 @@ def run_batch(generator: Generator, in_path: Path, out_path: Path, window: int =
                 if o.error:
                     record["error"] = o.error
                 out.write(record)
-                summary.completed += 1
                 summary.completion_tokens += o.completion_tokens
+                if o.finish_reason == "error":
+                    summary.errors += 1
+                else:
+                    summary.completed += 1
             if time.perf_counter() - last_report > 0.5:
                 _report(progress, summary, start)
                 last_report = time.perf_counter()

@@ -8,6 +8,7 @@ The engine is single-threaded; `serve/` drives it from one background thread and
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -21,7 +22,9 @@ from pipelines.detokenizer import IncrementalDetokenizer
 from pipelines.logprobs import TokenLogprob, token_logprob
 from pipelines.request import Request, RequestOutput, RequestState
 from pipelines.sampling import Sampler, SamplingParams, stop_ids_for
-from pipelines.scheduler import Scheduler, SchedulerConfig
+from pipelines.scheduler import Scheduler, SchedulerConfig, StepEntry
+
+log = logging.getLogger("crucible.engine")
 
 # Measured on the 2-core dev machine with SmolLM2: decode throughput keeps rising up to ~32 sequences
 # per step while a step stays well under 100 ms (benchmarks/serve numbers in the serve issue's note).
@@ -115,63 +118,69 @@ class LLMEngine:
 
     # -- the step ---------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        """Runs one batch step and returns every request's new output (finished ones included)."""
+        """Runs one batch step and returns every request's new output (finished ones included).
+
+        A failure while admitting, preparing, executing, sampling or detokenizing one request finishes
+        that request alone with finish_reason "error" (its pages released); the others go on.
+        """
         outputs = self._admit_and_abort()
         plan = self.scheduler.schedule()
         if not plan:
             return outputs
-        try:
-            logits = self._run(plan)
-        except Exception as exc:  # noqa: BLE001 - fail the batch's requests, keep serving
-            for entry in plan:
-                outputs.append(self._finish(entry.request, "error", error=f"model execution failed: {exc}"))
-            return outputs
-        for row, entry in enumerate(plan):
-            req = entry.request
-            live = self._live[req.request_id]
-            if req.in_prefill:
-                req.prefilled += entry.tokens
-                if not entry.samples:
-                    live.ctx.tokens.advance_chunk()
-                    self.kv.step(live.ctx)
-                    continue
-            tok = live.sampler.sample(logits[row])
-            lp = () if req.params.logprobs is None else (token_logprob(logits[row], tok, req.params.logprobs),)
-            if req.first_token_time is None:
-                req.first_token_time = time.perf_counter()
-            req.output_ids.append(tok)
-            live.ctx.update(tok)
-            self.kv.step(live.ctx)
-            self.stats.generated_tokens += 1
-            reason = None
-            if tok in live.stop_ids:
-                reason = "stop"
-                delta = live.detok.flush()
-            else:
-                res = live.detok.add(tok)
-                delta = res.delta
-                if res.stopped:
-                    reason = "stop"
-                elif len(req.output_ids) >= req.params.max_tokens:
-                    reason = "length"
-                    delta += live.detok.flush()
-            if reason:
-                outputs.append(self._finish(req, reason, delta=delta, new=(tok,), logprobs=lp))
-            else:
-                outputs.append(RequestOutput(req.request_id, (tok,), delta, False, None,
-                                             len(req.prompt_ids), len(req.output_ids), logprobs=lp))
+        plan, failed = self._prepare(plan)
+        outputs += failed
+        rows, failed = self._execute(plan)
+        outputs += failed
+        for entry, logits in rows:
+            try:
+                out = self._advance(entry, logits)
+            except Exception as exc:  # noqa: BLE001 - one request's bug fails that request
+                out = self._fail(entry.request, "sampling or detokenizing", exc)
+            if out is not None:
+                outputs.append(out)
         return outputs
 
-    def _run(self, plan) -> np.ndarray:
+    def _prepare(self, plan: list[StepEntry]) -> tuple[list[StepEntry], list[RequestOutput]]:
+        """Chunks each sequence's new tokens and allocates its KV pages for the step."""
+        kept, failed = [], []
+        for entry in plan:
+            try:
+                ctx = self._live[entry.request.request_id].ctx
+                if entry.tokens < ctx.tokens.active_length:
+                    ctx.tokens.chunk(entry.tokens)
+                self.kv.alloc(ctx)
+                kept.append(entry)
+            except Exception as exc:  # noqa: BLE001
+                failed.append(self._fail(entry.request, "preparing the step", exc))
+        return kept, failed
+
+    def _execute(self, plan: list[StepEntry]) -> tuple[list[tuple[StepEntry, np.ndarray]], list[RequestOutput]]:
+        """Runs the step's batch; if it fails, runs each request alone so only the failing ones end.
+
+        Returns:
+            (entry, logits [vocab]) for each request that ran, and the error outputs of those that did not.
+        """
+        if not plan:
+            return [], []
+        try:
+            logits = self._run(plan)
+            return list(zip(plan, logits)), []
+        except Exception as exc:  # noqa: BLE001
+            if len(plan) == 1:
+                return [], [self._fail(plan[0].request, "model execution", exc)]
+        rows, failed = [], []
+        for entry in plan:  # nothing was committed to the KV cache: the step can run again, one by one
+            try:
+                rows.append((entry, self._run([entry])[0]))
+            except Exception as exc:  # noqa: BLE001
+                failed.append(self._fail(entry.request, "model execution", exc))
+        return rows, failed
+
+    def _run(self, plan: list[StepEntry]) -> np.ndarray:
+        """Executes the graph on the plan's sequences; returns logits [len(plan), vocab]."""
         from max import tree
 
-        ctxs = []
-        for entry in plan:
-            ctx = self._live[entry.request.request_id].ctx
-            if entry.tokens < ctx.tokens.active_length:
-                ctx.tokens.chunk(entry.tokens)
-            self.kv.alloc(ctx)
-            ctxs.append(ctx)
+        ctxs = [self._live[entry.request.request_id].ctx for entry in plan]
         kv = tree.flatten(self.kv.runtime_inputs([ctxs]))[0]
         batch = make_step_batch([np.asarray(c.tokens.active, dtype=np.int64) for c in ctxs])
         start = time.perf_counter()
@@ -181,35 +190,86 @@ class LLMEngine:
         self.stats.prompt_tokens += sum(e.tokens for e in plan if e.request.in_prefill)
         return logits
 
-    def _admit_and_abort(self) -> list[RequestOutput]:
-        from max.pipelines.context import TextContext, TokenBuffer
+    def _advance(self, entry: StepEntry, logits: np.ndarray) -> RequestOutput | None:
+        """Commits one sequence's step: KV bookkeeping, then (after its prompt) sample, detokenize, stop."""
+        req = entry.request
+        live = self._live[req.request_id]
+        if req.in_prefill:
+            req.prefilled += entry.tokens
+            if not entry.samples:
+                live.ctx.tokens.advance_chunk()
+                self.kv.step(live.ctx)
+                return None
+        tok = live.sampler.sample(logits)
+        lp = () if req.params.logprobs is None else (token_logprob(logits, tok, req.params.logprobs),)
+        if req.first_token_time is None:
+            req.first_token_time = time.perf_counter()
+        req.output_ids.append(tok)
+        live.ctx.update(tok)
+        self.kv.step(live.ctx)
+        self.stats.generated_tokens += 1
+        reason = None
+        if tok in live.stop_ids:
+            reason = "stop"
+            delta = live.detok.flush()
+        else:
+            res = live.detok.add(tok)
+            delta = res.delta
+            if res.stopped:
+                reason = "stop"
+            elif len(req.output_ids) >= req.params.max_tokens:
+                reason = "length"
+                delta += live.detok.flush()
+        if reason:
+            return self._finish(req, reason, delta=delta, new=(tok,), logprobs=lp)
+        return RequestOutput(req.request_id, (tok,), delta, False, None, len(req.prompt_ids),
+                             len(req.output_ids), logprobs=lp)
 
+    def _admit_and_abort(self) -> list[RequestOutput]:
         with self._lock:
             pending, self._pending = self._pending, []
             aborts, self._aborts = self._aborts, set()
-        for req in pending:
-            if req.request_id in aborts:
-                continue
-            ctx = TextContext(request_id=_request_id(), max_length=req.max_total_tokens + 1,
-                              tokens=TokenBuffer(np.asarray(req.prompt_ids, dtype=np.int64)))
-            self._live[req.request_id] = _Live(
-                ctx, Sampler(req.params), IncrementalDetokenizer(self._decode, req.params.stop),
-                stop_ids_for(req.params, self.eos_ids))
-            self.kv.claim(ctx)
-            self.scheduler.add(req)
         outputs = []
+        for req in pending:
+            if req.request_id in aborts:  # aborted before it was admitted: it holds nothing yet
+                outputs.append(self._finish(req, "abort"))
+                continue
+            try:
+                self._admit(req)
+            except Exception as exc:  # noqa: BLE001
+                outputs.append(self._fail(req, "admission", exc))
         for rid in aborts:
             req = next((r for r in [*self.scheduler.running, *self.scheduler.waiting] if r.request_id == rid), None)
             if req is not None:
                 outputs.append(self._finish(req, "abort"))
         return outputs
 
+    def _admit(self, req: Request) -> None:
+        """Gives a submitted request its sampler, detokenizer and KV context, and queues it."""
+        from max.pipelines.context import TextContext, TokenBuffer
+
+        ctx = TextContext(request_id=_request_id(), max_length=req.max_total_tokens + 1,
+                          tokens=TokenBuffer(np.asarray(req.prompt_ids, dtype=np.int64)))
+        live = _Live(ctx, Sampler(req.params), IncrementalDetokenizer(self._decode, req.params.stop),
+                     stop_ids_for(req.params, self.eos_ids))
+        self.kv.claim(ctx)
+        self._live[req.request_id] = live  # from here on, _finish releases the claim
+        self.scheduler.add(req)
+
+    def _fail(self, req: Request, stage: str, exc: Exception) -> RequestOutput:
+        """Ends one request with an error (a server bug: logged with its id and traceback)."""
+        log.error("request %s failed in %s: %r", req.request_id, stage, exc, exc_info=exc)
+        return self._finish(req, "error", error=f"internal error in {stage}: {exc}")
+
     def _finish(self, req: Request, reason: str, delta: str = "", new: tuple[int, ...] = (),
                 error: str | None = None, logprobs: tuple[TokenLogprob, ...] = ()) -> RequestOutput:
         live = self._live.pop(req.request_id, None)
-        if live is not None:
-            self.kv.release(live.ctx)
         self.scheduler.finish(req)
+        if live is not None:
+            try:
+                self.kv.release(live.ctx)
+            except Exception as exc:  # noqa: BLE001 - the request ends either way
+                log.error("request %s: releasing its KV pages failed: %r", req.request_id, exc, exc_info=exc)
         req.finish_reason, req.error, req.finish_time = reason, error, time.perf_counter()
         self.stats.finished[reason] = self.stats.finished.get(reason, 0) + 1
         return RequestOutput(req.request_id, new, delta, True, reason, len(req.prompt_ids),

@@ -15,6 +15,8 @@ import numpy as np
 from pipelines.logprobs import MAX_TOP_LOGPROBS
 
 DEFAULT_MAX_TOKENS = 512
+# Seeds are 64-bit signed integers, the range OpenAI's API and vLLM accept.
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
 
 
 class SamplingError(ValueError):
@@ -33,7 +35,8 @@ class SamplingParams:
         temperature: 0 for greedy; otherwise logits are divided by it (0 < t <= 2).
         top_p: Nucleus filtering, 0 < top_p <= 1.
         top_k: Keep the k most likely tokens; 0 disables.
-        seed: Seed of this request's random generator (None: nondeterministic).
+        seed: Seed of this request's random generator (None: nondeterministic), a 64-bit signed
+            integer; negative seeds are taken modulo 2**64.
         max_tokens: Generated tokens at most (>= 1).
         stop: Strings that end generation; the text is cut before them.
         stop_token_ids: Token ids that end generation (in addition to the model's end tokens).
@@ -53,6 +56,21 @@ class SamplingParams:
     logprobs: int | None = None
 
     def __post_init__(self) -> None:
+        for name in ("temperature", "top_p"):
+            if not _is_number(getattr(self, name)):
+                raise SamplingError(name, f"{name} must be a number, got {getattr(self, name)!r}")
+        for name in ("top_k", "max_tokens", "seed", "logprobs"):
+            value = getattr(self, name)
+            if not (_is_int(value) or (value is None and name in ("seed", "logprobs"))):
+                raise SamplingError(name, f"{name} must be an integer, got {value!r}")
+        if not isinstance(self.stop, tuple) or not all(isinstance(s, str) for s in self.stop):
+            raise SamplingError("stop", "stop takes a string or a list of strings")
+        if not isinstance(self.stop_token_ids, tuple) or not all(_is_int(t) for t in self.stop_token_ids):
+            raise SamplingError("stop_token_ids", "stop_token_ids takes a list of integers")
+        if not isinstance(self.ignore_eos, bool):
+            raise SamplingError("ignore_eos", f"ignore_eos must be a boolean, got {self.ignore_eos!r}")
+        if self.seed is not None and not (SEED_MIN <= self.seed <= SEED_MAX):
+            raise SamplingError("seed", f"seed must be a 64-bit signed integer, got {self.seed}")
         if not (0.0 <= self.temperature <= 2.0):
             raise SamplingError("temperature", f"temperature must be in [0, 2], got {self.temperature}")
         if not (0.0 < self.top_p <= 1.0):
@@ -76,7 +94,9 @@ class Sampler:
 
     def __init__(self, params: SamplingParams) -> None:
         self.params = params
-        self.rng = np.random.default_rng(params.seed)
+        # A negative seed is taken modulo 2**64, as torch's manual_seed (and so vLLM) takes it:
+        # -1 is one fixed seed, not "random".
+        self.rng = np.random.default_rng(None if params.seed is None else params.seed % 2**64)
 
     def sample(self, logits: np.ndarray) -> int:
         """Picks the next token from one row of logits [vocab]."""
@@ -100,6 +120,14 @@ class Sampler:
             probs = np.where(mask, probs, 0.0)
             probs /= probs.sum()
         return int(self.rng.choice(probs.size, p=probs))
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def stop_ids_for(params: SamplingParams, model_eos: Sequence[int]) -> frozenset[int]:

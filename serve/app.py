@@ -1,7 +1,10 @@
 """The OpenAI-compatible HTTP API (FastAPI) over the Crucible engine.
 
 Routes: POST /v1/chat/completions, POST /v1/completions (streaming or not), GET /v1/models,
-GET /health (503 while the model loads), GET /metrics (Prometheus text).
+GET /health (200 while the engine runs; 503 while the model loads or once the engine has stopped),
+GET /metrics (Prometheus text).
+A model that fails to load, or an engine thread that dies, stops the server with a non-zero status
+(`ServerState.fatal`, read by serve/server.py) after one line on stderr, so a supervisor restarts it.
 Every generation response carries `system_fingerprint` and an `X-Crucible-Kernels` header naming the
 kernel build, the device and any hot-path fallback to a MAX built-in.
 """
@@ -9,6 +12,7 @@ kernel build, the device and any hot-path fallback to a MAX built-in.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -19,7 +23,8 @@ from dataclasses import dataclass, field
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from serve.engine_bridge import EngineBridge, QueueFull
+from crucible.errors import DEBUG_ENV, INTERNAL_ERROR, USER_ERROR, debug, exit_status, one_line
+from serve.engine_bridge import EngineBridge, EngineDead, QueueFull
 from serve.metrics import Metrics
 from serve.protocol import (APIError, full_response, logprobs_object, new_id, parse_request, stream_chunk,
                             usage)
@@ -62,10 +67,23 @@ class ServerState:
     kernels_header: str = ""
     load_error: str | None = None
     started: float = field(default_factory=time.time)
+    fatal: tuple[int, str] | None = None           # (exit status, message) that stops the server
+    on_fatal: Callable[[], None] | None = None     # set by the runner: begins the shutdown
 
     @property
     def ready(self) -> bool:
         return self.bridge is not None
+
+    @property
+    def engine_alive(self) -> bool:
+        return self.bridge is not None and self.bridge.alive
+
+    def stop_with(self, status: int, message: str) -> None:
+        """Records why the server must stop and asks the runner to stop it (first cause wins)."""
+        if self.fatal is None:
+            self.fatal = (status, message)
+        if self.on_fatal is not None:
+            self.on_fatal()
 
 
 def _make_engine(cfg: ServerConfig):
@@ -76,7 +94,7 @@ def _make_engine(cfg: ServerConfig):
                                   activations=cfg.activations))
 
 
-def _load(state: ServerState) -> None:
+def _load(state: ServerState, engine=None) -> None:
     """Loads the model and starts the engine thread (runs in a background thread at startup)."""
     try:
         from pathlib import Path
@@ -84,9 +102,10 @@ def _load(state: ServerState) -> None:
         from max._mlir_context import ensure_default_mlir_context
 
         cfg = state.config
-        # MAX's MLIR context is thread-local: enter it in this loader thread to build graphs here.
-        with ensure_default_mlir_context():
-            engine = _make_engine(cfg)
+        if engine is None:
+            # MAX's MLIR context is thread-local: enter it in this loader thread to build graphs here.
+            with ensure_default_mlir_context():
+                engine = _make_engine(cfg)
         prov = engine.model.provenance
         name = cfg.served_name or (Path(cfg.model).name if Path(cfg.model).exists() else cfg.model)
         fallbacks = ",".join(prov["hot_path_fallbacks"]) or "none"
@@ -95,28 +114,38 @@ def _load(state: ServerState) -> None:
         state.fingerprint = f"crucible-{prov['kernel_build']}-{prov['device']}{act}"
         state.kernels_header = (f"build={prov['kernel_build']}; device={prov['device']}; ops=crucible; "
                                 f"activations={prov['activations']}; fallbacks={fallbacks}")
-        state.bridge = EngineBridge(engine, cfg.max_in_flight)
-    except Exception as exc:  # noqa: BLE001 - reported by /health
-        state.load_error = f"{exc!r}\n{traceback.format_exc()}"
+        state.bridge = EngineBridge(engine, cfg.max_in_flight, on_death=lambda exc: state.stop_with(
+            INTERNAL_ERROR, f"the engine thread stopped: {type(exc).__name__}: {one_line(exc)}"))
+    except Exception as exc:  # noqa: BLE001 - reported on stderr and by /health, then the server stops
+        if debug():
+            traceback.print_exception(exc)
+        state.load_error = f"{type(exc).__name__}: {one_line(exc)}"
+        hint = "" if exit_status(exc) == USER_ERROR else f" ({DEBUG_ENV}=1 shows the traceback)"
+        state.stop_with(exit_status(exc), f"cannot load model '{state.config.model}': {state.load_error}{hint}")
 
 
-def create_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI:
-    """Builds the app; the model loads in a background thread so /health answers during loading."""
+def create_app(config: ServerConfig, load_in_background: bool = True, engine=None) -> FastAPI:
+    """Builds the app; the model loads in a background thread so /health answers during loading.
+
+    Args:
+        config: Settings.
+        load_in_background: Load at startup in a thread (else before the first request is taken).
+        engine: An LLMEngine to serve instead of building one from config.model (tests reuse one).
+    """
     state = ServerState(config)
-    app = FastAPI(title="Crucible", docs_url=None, redoc_url=None)
-    app.state.crucible = state
 
-    @app.on_event("startup")
-    async def _startup() -> None:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
         if load_in_background:
-            threading.Thread(target=_load, args=(state,), daemon=True).start()
+            threading.Thread(target=_load, args=(state, engine), daemon=True).start()
         else:
-            _load(state)
-
-    @app.on_event("shutdown")
-    async def _shutdown() -> None:
+            _load(state, engine)
+        yield
         if state.bridge is not None:
             state.bridge.shutdown()
+
+    app = FastAPI(title="Crucible", docs_url=None, redoc_url=None, lifespan=lifespan)
+    app.state.crucible = state
 
     def error_response(err: APIError) -> JSONResponse:
         return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
@@ -136,6 +165,9 @@ def create_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI
                     raise APIError(503, "the model is still loading" if state.load_error is None
                                    else "the model failed to load", code="model_not_ready", type_="server_error",
                                    headers={"Retry-After": "2"})
+                if not state.engine_alive:
+                    raise APIError(503, "the engine has stopped; the server is shutting down",
+                                   code="engine_stopped", type_="server_error")
             response = await call_next(request)
         except APIError as err:
             response = error_response(err)
@@ -151,8 +183,10 @@ def create_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI
             raise APIError(413, f"request body over {config.max_body_bytes} bytes", code="body_too_large")
         try:
             return json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
             raise APIError(400, f"malformed JSON body: {exc}", code="invalid_json") from exc
+        except RecursionError:
+            raise APIError(400, "malformed JSON body: nested too deeply", code="invalid_json") from None
 
     async def generate(request: Request, kind: str) -> Response:
         bridge = state.bridge
@@ -181,14 +215,17 @@ def create_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI
             from dataclasses import replace
 
             params = replace(params, max_tokens=min(params.max_tokens, room))
+        rid = new_id(kind)
         try:
-            engine_req, queue = bridge.submit(ids, params)
+            engine_req, queue = bridge.submit(ids, params, request_id=rid)
+        except EngineDead:
+            raise APIError(503, "the engine has stopped; the server is shutting down", code="engine_stopped",
+                           type_="server_error") from None
         except QueueFull:
             raise APIError(429, "too many requests in flight; retry shortly", code="rate_limit_exceeded",
                            type_="rate_limit_error", headers={"Retry-After": "1"}) from None
         except ValueError as exc:
             raise APIError(400, str(exc), code="invalid_value") from exc
-        rid = new_id(kind)
         headers = {"X-Crucible-Kernels": state.kernels_header}
 
         def token_text(token_id: int) -> str:
@@ -298,10 +335,17 @@ def create_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI
     @app.get("/health")
     async def health() -> Response:
         if state.load_error is not None:
-            return JSONResponse({"status": "error", "error": state.load_error.splitlines()[0]}, status_code=500)
+            return JSONResponse({"status": "error", "error": state.load_error}, status_code=500)
         if not state.ready:
             return JSONResponse({"status": "loading"}, status_code=503)
-        return JSONResponse({"status": "ok", "model": state.model_name, "kernels": state.kernels_header})
+        bridge = state.bridge
+        engine = {"alive": bridge.alive, "heartbeat_age_s": round(time.time() - bridge.heartbeat, 3),
+                  "requests_in_flight": bridge.in_flight}
+        if not bridge.alive:
+            return JSONResponse({"status": "error", "error": f"the engine has stopped: {bridge.error!r}",
+                                 "engine": engine}, status_code=503)
+        return JSONResponse({"status": "ok", "model": state.model_name, "kernels": state.kernels_header,
+                             "engine": engine})
 
     @app.get("/metrics")
     async def metrics() -> Response:

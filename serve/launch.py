@@ -23,10 +23,19 @@ class Server:
         return self.base_url + "/v1"
 
 
-def start_server(model: str, *extra: str, api_key: str | None = None, timeout_s: float = 900) -> Server:
-    """Starts `crucible serve` and waits until /health says ok (503 while loading is expected)."""
+def start_server(model: str, *extra: str, api_key: str | None = None, timeout_s: float = 900,
+                 python: str = sys.executable) -> Server:
+    """Starts `crucible serve` and waits until /health says ok (503 while loading is expected).
+
+    Args:
+        model: What to serve.
+        *extra: More `crucible serve` flags.
+        api_key: Required key, if any.
+        timeout_s: How long loading may take.
+        python: The interpreter whose environment runs the server (default: this one).
+    """
     port = free_port()
-    cmd = [sys.executable, "-m", "crucible.cli", "serve", "--model", model, "--port", str(port), *extra]
+    cmd = [python, "-m", "crucible.cli", "serve", "--model", model, "--port", str(port), *extra]
     if api_key:
         cmd += ["--api-key", api_key]
     proc = subprocess.Popen(cmd, env=child_env({"MAX_SERVE_DISABLE_TELEMETRY": "1"}),

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.logprobs import TokenLogprob
-from pipelines.sampling import DEFAULT_MAX_TOKENS, SamplingError, SamplingParams
+from pipelines.sampling import DEFAULT_MAX_TOKENS, SEED_MAX, SEED_MIN, SamplingError, SamplingParams
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -82,6 +82,36 @@ def _int(body: dict, name: str, default: int | None, lo: int, hi: int) -> int | 
     return v
 
 
+def _bool(body: dict, name: str, default: bool, param: str | None = None) -> bool:
+    v = body.get(name)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise _type_error(param or name, "a boolean")
+    return v
+
+
+def _unencodable(body: Any) -> str | None:
+    """The path of the first string (key or value) that UTF-8 cannot encode, e.g. a lone surrogate
+    such as "\\ud800", which JSON allows and the tokenizer refuses. Iterative: bodies nest deeply."""
+    stack: list[tuple[str, Any]] = [("", body)]
+    while stack:
+        path, obj = stack.pop()
+        if isinstance(obj, str):
+            try:
+                obj.encode("utf-8")
+            except UnicodeEncodeError:
+                return path or "body"
+        elif isinstance(obj, dict):
+            for key, value in obj.items():
+                if _unencodable(key) is not None:
+                    return path or "body"
+                stack.append((f"{path}.{key}" if path else key, value))
+        elif isinstance(obj, list):
+            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(obj))
+    return None
+
+
 def parse_request(body: Any, kind: str, max_context: int) -> GenerationRequest:
     """Validates a /v1/chat/completions (kind "chat") or /v1/completions (kind "completion") body.
 
@@ -90,6 +120,10 @@ def parse_request(body: Any, kind: str, max_context: int) -> GenerationRequest:
     """
     if not isinstance(body, dict):
         raise APIError(400, "the request body must be a JSON object", code="invalid_json")
+    bad = _unencodable(body)
+    if bad is not None:
+        raise APIError(400, f"'{bad}' holds a lone surrogate, which is not valid Unicode text", param=bad,
+                       code="invalid_value")
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise APIError(400, "'model' is required and must be a string", param="model", code="invalid_type")
@@ -153,16 +187,16 @@ def parse_request(body: Any, kind: str, max_context: int) -> GenerationRequest:
             temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
             top_p=top_p,
             top_k=_int(body, "top_k", 0, 0, 1_000_000),
-            seed=_int(body, "seed", None, -(2**63), 2**63 - 1),
+            seed=_int(body, "seed", None, SEED_MIN, SEED_MAX),
             max_tokens=max_tokens or DEFAULT_MAX_TOKENS,
             stop=stop,
-            ignore_eos=bool(body.get("ignore_eos", False)),
+            ignore_eos=_bool(body, "ignore_eos", False),
             logprobs=logprobs,
         )
     except SamplingError as exc:
         raise APIError(400, str(exc), param=exc.param, code="invalid_value") from exc
     return GenerationRequest(kind, model, messages, prompt, params, max_tokens is not None, stream,
-                             bool(opts.get("include_usage", False)))
+                             _bool(opts, "include_usage", False, "stream_options.include_usage"))
 
 
 def _logprobs_option(body: dict, kind: str) -> int | None:

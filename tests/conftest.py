@@ -89,3 +89,28 @@ def smollm2_model() -> CrucibleModel:
 @pytest.fixture(scope="session")
 def smollm2_ref() -> Reference:
     return Reference("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_crucible):
+    """The tiny Llama as a Q4_0 GGUF, compiled once (the engine, batch and in-process server tests)."""
+    return tiny_crucible("llama", "Q4_0")
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_model):
+    from crucible.tokenizer import load_tokenizer
+
+    return load_tokenizer(tiny_model.source)
+
+
+@pytest.fixture
+def make_engine(tiny_model, tiny_tokenizer):
+    """Builds engines on the shared compiled tiny model with the given EngineConfig settings."""
+    from pipelines.engine import EngineConfig, LLMEngine
+
+    def make(**settings) -> LLMEngine:
+        return LLMEngine(EngineConfig(model=str(tiny_model.source.path), **settings), model=tiny_model,
+                         tokenizer=tiny_tokenizer)
+
+    return make

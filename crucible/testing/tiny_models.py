@@ -37,6 +37,8 @@ from crucible.testing.tiny_tokenizer import (
 Arch = Literal["llama", "qwen2"]
 # GGUF tensor types the writer produces for 2-D weights; norms and biases are always F32.
 GGUF_WEIGHT_TYPES = ("F32", "F16", "Q8_0", "Q4_0", "Q4_1")
+# Types write_gguf can also write (gguf-py quantizes them) that Crucible does not load yet: tests of the error.
+GGUF_UNSUPPORTED_TYPES = ("Q5_0", "Q5_1")
 GGUF_BLOCK = 32
 
 
@@ -183,8 +185,9 @@ def quantize_roundtrip(weights: dict[str, np.ndarray], weight_type: str) -> dict
     """
     import gguf
 
-    if weight_type not in GGUF_WEIGHT_TYPES:
-        raise ValueError(f"weight_type must be one of {GGUF_WEIGHT_TYPES}, got {weight_type!r}")
+    if weight_type not in GGUF_WEIGHT_TYPES + GGUF_UNSUPPORTED_TYPES:
+        raise ValueError(f"weight_type must be one of {GGUF_WEIGHT_TYPES + GGUF_UNSUPPORTED_TYPES}, "
+                         f"got {weight_type!r}")
     out = {}
     for name, w in weights.items():
         if w.ndim == 1 or weight_type == "F32":
@@ -279,16 +282,17 @@ def write_gguf(spec: TinyModelSpec, path: Path, weight_type: str = "F32") -> Pat
     Args:
         spec: The tiny model.
         path: Destination ``.gguf`` file.
-        weight_type: One of ``GGUF_WEIGHT_TYPES``; applies to every 2-D weight (embedding and lm_head
-            included, as llama.cpp does); norms and biases stay F32.
+        weight_type: One of ``GGUF_WEIGHT_TYPES`` (or ``GGUF_UNSUPPORTED_TYPES``); applies to every 2-D
+            weight (embedding and lm_head included, as llama.cpp does); norms and biases stay F32.
 
     Returns:
         The path.
     """
     import gguf
 
-    if weight_type not in GGUF_WEIGHT_TYPES:
-        raise ValueError(f"weight_type must be one of {GGUF_WEIGHT_TYPES}, got {weight_type!r}")
+    if weight_type not in GGUF_WEIGHT_TYPES + GGUF_UNSUPPORTED_TYPES:
+        raise ValueError(f"weight_type must be one of {GGUF_WEIGHT_TYPES + GGUF_UNSUPPORTED_TYPES}, "
+                         f"got {weight_type!r}")
     qtype = gguf.GGMLQuantizationType[weight_type]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".gguf.tmp")
@@ -304,7 +308,7 @@ def write_gguf(spec: TinyModelSpec, path: Path, weight_type: str = "F32") -> Pat
     writer.add_rope_freq_base(spec.rope_theta)
     writer.add_layer_norm_rms_eps(spec.rms_norm_eps)
     writer.add_vocab_size(spec.vocab_size)
-    writer.add_file_type({"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7}[weight_type])
+    writer.add_file_type({"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9}[weight_type])
 
     tok = build_tokenizer(TinyTokenizerSpec(spec.vocab_size))
     tokens = vocab_in_id_order(tok)

@@ -80,3 +80,48 @@ def test_output_matches_the_python_api(make_engine, tmp_path: Path) -> None:
                        [SamplingParams(temperature=0, max_tokens=6), SamplingParams(temperature=0, max_tokens=4),
                         SamplingParams(temperature=0.8, seed=3, max_tokens=5)])
     assert [got["a"]["text"], got["chat"]["text"], got["seeded"]["text"]] == [r.text for r in api]
+
+
+def test_a_row_that_fails_while_generating_gets_an_error_record(make_engine, tmp_path: Path, monkeypatch) -> None:
+    """Any failure stays in its row: a seed of -1 (once fatal) runs, a sampler that raises ends its own
+    row with an error record, and every other row is generated."""
+    from pipelines import engine as engine_mod
+
+    real = engine_mod.Sampler.sample
+
+    def sample(self, logits):
+        if self.params.seed == 13:
+            raise RuntimeError("planted sampler fault")
+        return real(self, logits)
+
+    monkeypatch.setattr(engine_mod.Sampler, "sample", sample)
+    rows = [{"id": "minus-one", "prompt": "hi", "max_tokens": 4, "seed": -1},
+            {"id": "faulty", "prompt": "hi", "max_tokens": 4, "seed": 13},
+            {"id": "after", "prompt": "Name a color.", "max_tokens": 4, "temperature": 0},
+            {"id": "surrogate", "prompt": "\ud800"}]
+    out = tmp_path / "out.jsonl"
+    s = run_batch(Generator(engine=make_engine()), _write(tmp_path / "in.jsonl", rows), out, progress=None)
+    got = _read(out)
+    assert s.completed == 2 and s.errors == 2
+    assert got["minus-one"]["completion_tokens"] == 4 and "error" not in got["minus-one"]
+    assert got["after"]["completion_tokens"] == 4 and "error" not in got["after"]
+    assert got["faulty"]["finish_reason"] == "error" and "planted sampler fault" in got["faulty"]["error"]
+    assert "error" in got["surrogate"]
+
+
+def test_batch_exit_status_says_whether_a_row_failed(tmp_path: Path, monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from crucible import cli
+    from pipelines import batch
+
+    def fake_run(gen, in_path, out_path, raw=False):
+        del gen, in_path, out_path, raw
+        return batch.BatchSummary(total_rows=2, completed=1, errors=errors)
+
+    monkeypatch.setattr(batch, "run_batch", fake_run)
+    monkeypatch.setattr("pipelines.generator.Generator", lambda *a, **k: SimpleNamespace())
+    src = _write(tmp_path / "in.jsonl", ROWS[:1])
+    for errors, status in ((0, 0), (1, 1)):
+        assert cli.main(["batch", str(src), str(tmp_path / "out.jsonl")]) == status
+    assert cli.main(["batch", str(tmp_path / "missing.jsonl"), str(tmp_path / "out.jsonl")]) == 2

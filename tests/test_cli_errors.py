@@ -1,0 +1,82 @@
+"""User errors on the command line are one line on stderr and exit status 2, with no traceback;
+CRUCIBLE_DEBUG=1 shows the traceback. Anything else is one line and status 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from crucible import cli
+from crucible.testing.tiny_models import TINY_LLAMA, write_gguf
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    try:
+        status = cli.main(argv)
+    except SystemExit as exc:  # argparse's own errors
+        status = exc.code
+    return status, capsys.readouterr().err
+
+
+def _one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def odd_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    import gguf
+
+    root = tmp_path_factory.mktemp("odd-models")
+    arch = root / "gpt2.gguf"  # a valid GGUF of an architecture Crucible does not run
+    w = gguf.GGUFWriter(str(arch), "gpt2")
+    w.add_block_count(1)
+    w.add_tensor("token_embd.weight", __import__("numpy").zeros((4, 4), dtype="float32"))
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    not_gguf = root / "notes.gguf"
+    not_gguf.write_text("hello")
+    return {"q5_0": write_gguf(TINY_LLAMA, root / "tiny-Q5_0.gguf", "Q5_0"), "gpt2": arch, "not_gguf": not_gguf}
+
+
+@pytest.mark.parametrize("case,argv,words", [
+    ("tensor type", ["generate", "--model", "{q5_0}"], "Q5_0"),
+    ("architecture", ["generate", "--model", "{gpt2}"], "gpt2"),
+    ("not a GGUF", ["generate", "--model", "{not_gguf}"], "not a GGUF"),
+    ("missing file", ["generate", "--model", "/no/such/model.gguf"], "no such file"),
+    ("unknown name", ["serve", "--model", "llama-99b"], "not a registry name"),
+    ("batch input", ["batch", "/no/such/in.jsonl", "out.jsonl"], "does not exist"),
+    ("bad port", ["serve", "--port", "99999"], "--port"),
+    ("bad count", ["generate", "--max-tokens", "0"], "--max-tokens"),
+    ("bad number", ["serve", "--kv-cache-gib", "lots"], "--kv-cache-gib"),
+    ("bad choice", ["serve", "--activations", "q2"], "--activations"),
+    ("unknown flag", ["models", "--colour"], "--colour"),
+])
+def test_user_errors_are_one_line_and_status_2(case: str, argv: list[str], words: str, odd_models,
+                                               capsys: pytest.CaptureFixture[str], monkeypatch, tmp_path) -> None:
+    monkeypatch.delenv("CRUCIBLE_DEBUG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    status, err = _run([a.format(**odd_models) for a in argv], capsys)
+    line = _one_line(err)
+    assert status == 2, (case, err)
+    assert line.startswith("crucible") and "error:" in line and words in line, (case, line)
+
+
+def test_debug_shows_the_traceback(odd_models, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    monkeypatch.setenv("CRUCIBLE_DEBUG", "1")
+    status, err = _run(["generate", "--model", str(odd_models["gpt2"])], capsys)
+    assert status == 2 and "Traceback" in err and "UnsupportedModelError" in err
+
+
+def test_a_bug_is_one_line_and_status_1(capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    monkeypatch.delenv("CRUCIBLE_DEBUG", raising=False)
+
+    def broken(args) -> int:
+        raise KeyError("planted")
+
+    monkeypatch.setattr(cli, "cmd_models", broken)
+    status, err = _run(["models"], capsys)
+    line = _one_line(err)
+    assert status == 1 and "KeyError" in line and "CRUCIBLE_DEBUG=1" in line
