@@ -23,13 +23,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from crucible.atomic_write import write_text_atomic
+from crucible.registry import DEFAULT_MODEL
 
 # crucible: our default (float32 activations). crucible-q8: the same model with int8 activations in the
 # decode matmuls (ModelOptions.activations="q8"), the scheme llama.cpp's CPU backend uses.
 SYSTEMS = ("crucible", "crucible-q8", "max", "llama.cpp")
 CRUCIBLE_SYSTEMS = {"crucible": "f32", "crucible-q8": "q8"}
-FILLER = ("The river runs past the old mill and the children walk along the bank to school each morning, "
-          "counting the boats and the birds and telling each other stories about the town. ")
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,7 @@ class E2EConfig:
             measures it with MAX's defaults. Process-wide: one setting per run.
     """
 
-    model: str = "smollm2-135m"
+    model: str = DEFAULT_MODEL
     prompt_tokens: int = 512
     gen_tokens: int = 128
     reps: int = 3
@@ -100,34 +99,22 @@ class E2EReport:
         return out
 
 
-def chat_prompt_of_length(tokenizer, n_tokens: int) -> tuple[str, list[int]]:
-    """A user message whose chat-templated prompt is as close to n_tokens as possible (not above)."""
-    from crucible.tokenizer import chat_prompt_ids
-
-    words = (FILLER * (n_tokens // 8 + 2)).split()
-    lo, hi = 1, len(words)
-    while lo < hi:  # the longest prefix of words whose templated prompt fits
-        mid = (lo + hi + 1) // 2
-        text = " ".join(words[:mid]) + " Now continue the story."
-        if len(chat_prompt_ids(tokenizer, [{"role": "user", "content": text}])) <= n_tokens:
-            lo = mid
-        else:
-            hi = mid - 1
-    text = " ".join(words[:lo]) + " Now continue the story."
-    return text, chat_prompt_ids(tokenizer, [{"role": "user", "content": text}])
-
-
 class CrucibleRunner:
-    """Our model loaded once; each run is a fresh sequence: one prefill step, then gen - 1 decodes."""
+    """Our model loaded once, timed through the serving engine (pipelines/throughput.py): each run is a
+    fresh request, one prefill step, then gen - 1 decode steps."""
 
-    def __init__(self, model: str, system: str = "crucible", session=None, tune_threads: bool = True) -> None:
+    def __init__(self, model: str, system: str = "crucible", session=None, tune_threads: bool = True,
+                 prompt_tokens: int = 512) -> None:
         from crucible.registry import resolve_model
+        from crucible.tokenizer import load_tokenizer
         from graphs.model import CrucibleModel, ModelOptions
+        from pipelines.throughput import batch1_engine
 
         self.system = system
         self.source = resolve_model(model)
         options = ModelOptions(activations=CRUCIBLE_SYSTEMS[system], tune_threads=tune_threads)
         self.model = CrucibleModel(self.source, options, session=session)
+        self.engine = batch1_engine(self.model, load_tokenizer(self.source), prompt_tokens)
 
     def warm_up(self, prompt_ids: list[int]) -> None:
         """One untimed prefill + decode: the first execution of a new shape allocates and warms
@@ -136,15 +123,10 @@ class CrucibleRunner:
         self.run(prompt_ids, 2, -1)
 
     def run(self, prompt_ids: list[int], gen_tokens: int, rep: int) -> Sample:
-        from graphs.generate import greedy_generate
+        from pipelines.throughput import time_batch1
 
-        times: list[float] = []
-        start = time.perf_counter()
-        greedy_generate(self.model, [prompt_ids], gen_tokens, step_times=times)
-        prefill = times[0] - start
-        decode = times[-1] - times[0]
-        return Sample(self.system, rep, len(prompt_ids) / prefill, (len(times) - 1) / decode, len(prompt_ids),
-                      len(times))
+        t = time_batch1(self.engine, prompt_ids, gen_tokens)
+        return Sample(self.system, rep, t.prefill_tok_s, t.decode_tok_s, t.prompt_tokens, t.generated)
 
 
 def max_sample(folder: Path, text: str, gen_tokens: int, rep: int) -> Sample:
@@ -191,6 +173,7 @@ def run_e2e(cfg: E2EConfig, log=print) -> E2EReport:
     """Prepares every system, then runs cfg.reps interleaved rounds."""
     from crucible.registry import resolve_model
     from crucible.tokenizer import load_tokenizer
+    from pipelines.throughput import chat_prompt_of_length
 
     report = E2EReport(cfg)
     source = resolve_model(cfg.model)
@@ -203,7 +186,7 @@ def run_e2e(cfg: E2EConfig, log=print) -> E2EReport:
     for system in CRUCIBLE_SYSTEMS:
         if system in cfg.systems:
             log(f"{system}: loading and compiling ...")
-            runner = CrucibleRunner(cfg.model, system, session, cfg.tune_threads)
+            runner = CrucibleRunner(cfg.model, system, session, cfg.tune_threads, len(ids))
             session = runner.model.session  # one session (one thread pool) for both variants
             runner.warm_up(ids)
             runners[system] = runner

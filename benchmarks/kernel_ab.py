@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from crucible.registry import DEFAULT_MODEL
+
 
 @dataclass(frozen=True)
 class ABConfig:
@@ -35,7 +37,7 @@ class ABConfig:
     """
 
     kernels: tuple[Path, Path]
-    model: str = "smollm2-135m"
+    model: str = DEFAULT_MODEL
     context: int = 300
     steps: int = 32
     rounds: int = 12
@@ -127,7 +129,7 @@ def run_ab(cfg: ABConfig, log=print) -> tuple[tuple[str, str], ABSummary]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.kernel_ab", description=__doc__.split("\n")[0])
     p.add_argument("kernels", nargs=2, type=Path, help="kernel folders A and B")
-    p.add_argument("--model", default="smollm2-135m", help="registry name or model path")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="registry name or model path")
     p.add_argument("--context", type=int, default=300, help="prompt tokens before decoding")
     p.add_argument("--steps", type=int, default=32, help="decode steps per round")
     p.add_argument("--rounds", type=int, default=12, help="rounds per build (alternating)")

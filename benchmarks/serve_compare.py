@@ -23,6 +23,7 @@ import httpx
 
 from benchmarks.serve_load import LoadResult, format_results, run_load
 from crucible.atomic_write import write_text_atomic
+from crucible.registry import DEFAULT_MODEL
 from crucible.proc import free_port, wait_healthy
 
 SERVE_SYSTEMS = ("crucible", "max", "llama.cpp")
@@ -42,7 +43,7 @@ class ServeCompareConfig:
         build_llama_cpp: Build llama.cpp if it is not cached.
     """
 
-    model: str = "smollm2-135m"
+    model: str = DEFAULT_MODEL
     systems: tuple[str, ...] = SERVE_SYSTEMS
     levels: tuple[int, ...] = (1, 4, 16, 64)
     max_requests: int = 64

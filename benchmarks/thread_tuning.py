@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from crucible.registry import DEFAULT_MODEL
+
 CONFIGS = ("untuned", "tuned")
 
 
@@ -36,7 +38,7 @@ class ThreadBenchConfig:
         rounds: Child processes per configuration (they alternate).
     """
 
-    model: str = "smollm2-135m"
+    model: str = DEFAULT_MODEL
     context: int = 512
     steps: int = 64
     sessions: int = 3

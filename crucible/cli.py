@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from crucible import __version__
 from crucible.devices import NO_GPU, gpu_count
 from crucible.errors import USER_ERROR, report
-from crucible.registry import list_models
+from crucible.registry import DEFAULT_MODEL, list_models
+from pipelines.scheduler import DEFAULT_CPU_BATCH
 
 
 def _human_size(n: int) -> str:
@@ -47,7 +48,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     import time
 
     from crucible.registry import resolve_model
-    from crucible.tokenizer import chat_prompt_ids, load_tokenizer
+    from crucible.tokenizer import encode_prompt, load_tokenizer
     from graphs.generate import greedy_generate
     from graphs.model import CrucibleModel, ModelOptions
 
@@ -58,10 +59,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     print(f"[crucible] loaded {source.name} ({source.format}) in {time.perf_counter() - start:.1f}s; "
           f"kernels {model.provenance['kernel_build']}, hot-path fallbacks: "
           f"{model.provenance['hot_path_fallbacks'] or 'none'}", file=sys.stderr)
-    if args.raw:
-        ids = list(tokenizer(args.prompt, add_special_tokens=False)["input_ids"])
-    else:
-        ids = chat_prompt_ids(tokenizer, [{"role": "user", "content": args.prompt}])
+    ids = encode_prompt(tokenizer, args.prompt, chat=not args.raw)
     start = time.perf_counter()
     out = greedy_generate(model, [ids], args.max_tokens, stop_ids=model.config.eos_token_ids)[0]
     elapsed = time.perf_counter() - start
@@ -289,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("generate", help="answer one prompt on the embedded model (or --model) with our kernels")
     p.add_argument("prompt", nargs="?", default="What is the capital of France?")
-    p.add_argument("--model", default="smollm2-135m", help="registry name, .gguf file or HF folder")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="registry name, .gguf file or HF folder")
     p.add_argument("--max-tokens", type=POSITIVE, default=64)
     p.add_argument("--raw", action="store_true", help="continue the text as is (no chat template)")
     p.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
@@ -298,12 +296,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (default: embedded SmolLM2 on 127.0.0.1:8000)")
-    p.add_argument("--model", default="smollm2-135m", help="registry name, .gguf file or HF folder")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="registry name, .gguf file or HF folder")
     p.add_argument("--served-model-name", default=None, help="model id clients use (default: --model)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (loopback unless told otherwise)")
     p.add_argument("--port", type=PORT, default=8000)
     p.add_argument("--devices", choices=["cpu", "gpu"], default="cpu")
-    p.add_argument("--max-batch-size", type=POSITIVE, default=32, help="requests decoded together")
+    p.add_argument("--max-batch-size", type=POSITIVE, default=DEFAULT_CPU_BATCH, help="requests decoded together")
     p.add_argument("--max-queue", type=POSITIVE, default=256, help="requests admitted at once; more get 429")
     p.add_argument("--max-body-bytes", type=POSITIVE, default=1 << 20, help="larger request bodies get 413")
     p.add_argument("--kv-cache-gib", type=_positive_float, default=1.0, help="memory for the paged KV cache")
@@ -315,16 +313,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("batch", help="offline batch generation: JSONL prompts in, JSONL results out")
     p.add_argument("input", help="JSONL: {\"prompt\": ...} or {\"messages\": [...]} per line, optional id")
     p.add_argument("output", help="JSONL results; rerunning skips rows already there")
-    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
-    p.add_argument("--max-batch-size", type=POSITIVE, default=32)
+    p.add_argument("--max-batch-size", type=POSITIVE, default=DEFAULT_CPU_BATCH)
     p.add_argument("--raw", action="store_true", help="prompts are raw text to continue (no chat template)")
     p.add_argument("--activations", choices=["f32", "q8"], default="f32",
                    help="q8: int8 activations in the CPU decode matmuls (as llama.cpp; faster, ~1e-2 logit error)")
     p.set_defaults(func=cmd_batch)
 
     p = sub.add_parser("qualify", help="qualification record of a model on a target (JSON + Markdown)")
-    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--target", choices=["cpu", "gpu"], default="cpu")
     p.add_argument("--no-conformance", action="store_true", help="skip the op grid (the record says so)")
     p.add_argument("--reps", type=POSITIVE, default=3, help="throughput repetitions")
@@ -342,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="processes compiling the graphs before the run (default: one per CPU; 1: compile as rows go)")
     p.set_defaults(func=cmd_bench_kernels)
     p = bench_sub.add_parser("e2e", help="batch-1 prefill/decode: crucible vs MAX's pipeline vs llama.cpp")
-    p.add_argument("--model", default="smollm2-135m", help="registry name or GGUF file")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="registry name or GGUF file")
     p.add_argument("--systems", default="crucible,crucible-q8,max,llama.cpp")
     p.add_argument("--prompt-tokens", type=POSITIVE, default=512)
     p.add_argument("--gen-tokens", type=POSITIVE, default=128)
@@ -354,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="bench-out", help="folder for e2e.json and e2e.png")
     p.set_defaults(func=cmd_bench_e2e)
     p = bench_sub.add_parser("threads", help="batch-1 decode with and without Crucible's CPU thread priorities")
-    p.add_argument("--model", default="smollm2-135m", help="registry name or model path")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="registry name or model path")
     p.add_argument("--context", type=POSITIVE, default=512, help="prompt tokens before decoding")
     p.add_argument("--steps", type=POSITIVE, default=64, help="decode steps per session")
     p.add_argument("--sessions", type=POSITIVE, default=3, help="sessions per child process")
@@ -366,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--systems", default="crucible,max,llama.cpp", help="servers to spawn in turn")
     p.add_argument("--build-llama-cpp", action="store_true",
                    help="build llama.cpp from the llama-cpp-python sdist if not cached (~15 min on 2 cores)")
-    p.add_argument("--model", default="smollm2-135m", help="model to spawn / to request")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="model to spawn / to request")
     p.add_argument("--served-name", default=None, help="model id to request if it differs from --model")
     p.add_argument("--system", default="external", help="label for a --url server's results")
     p.add_argument("--levels", default="1,4,16,64", help="concurrency levels")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crucible.atomic_write import write_text_atomic
+from crucible.registry import DEFAULT_MODEL
 from crucible.versions import describe_cpu
 
 RECORD_VERSION = 1
@@ -36,7 +37,7 @@ class QualifyConfig:
         gen_tokens: Decode length of the throughput measurement.
     """
 
-    model: str = "smollm2-135m"
+    model: str = DEFAULT_MODEL
     target: str = "cpu"
     conformance: bool = True
     e2e_reps: int = 3
@@ -116,9 +117,11 @@ def parity_record(model, source) -> dict:
 
 def qualify(cfg: QualifyConfig, log=print) -> dict:
     """Builds the record (see the module docstring)."""
-    from benchmarks.e2e import CrucibleRunner, chat_prompt_of_length
+    from crucible.registry import resolve_model
     from crucible.tokenizer import load_tokenizer
     from crucible.versions import version_matrix
+    from graphs.model import CrucibleModel
+    from pipelines.throughput import batch1_engine, chat_prompt_of_length, time_batch1
 
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     timings: dict[str, object] = {}
@@ -127,9 +130,9 @@ def qualify(cfg: QualifyConfig, log=print) -> dict:
                                   "untested); the GPU op grid runs through scripts/device_check.sh")
     log(f"loading {cfg.model} ...")
     t = time.perf_counter()
-    runner = CrucibleRunner(cfg.model)
+    source = resolve_model(cfg.model)
+    model = CrucibleModel(source)
     timings["model_load_s"] = round(time.perf_counter() - t, 2)
-    source, model = runner.source, runner.model
     record: dict[str, object] = {
         "record_version": RECORD_VERSION,
         "model": {"name": source.name, "format": source.format, "path": str(source.path),
@@ -148,9 +151,11 @@ def qualify(cfg: QualifyConfig, log=print) -> dict:
     log("logits parity against transformers ...")
     record["parity"] = parity_record(model, source)
     log("batch-1 throughput ...")
-    _, ids = chat_prompt_of_length(load_tokenizer(source), cfg.prompt_tokens)
-    runner.warm_up(ids)
-    samples = [runner.run(ids, cfg.gen_tokens, rep) for rep in range(cfg.e2e_reps)]
+    tokenizer = load_tokenizer(source)
+    _, ids = chat_prompt_of_length(tokenizer, cfg.prompt_tokens)
+    engine = batch1_engine(model, tokenizer, len(ids))
+    time_batch1(engine, ids, 2)  # warm-up: the first execution of a shape allocates and warms caches
+    samples = [time_batch1(engine, ids, cfg.gen_tokens) for _ in range(cfg.e2e_reps)]
     pre = sorted(s.prefill_tok_s for s in samples)
     dec = sorted(s.decode_tok_s for s in samples)
     record["e2e"] = {"batch": 1, "prompt_tokens": len(ids), "gen_tokens": cfg.gen_tokens, "reps": cfg.e2e_reps}

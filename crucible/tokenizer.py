@@ -82,3 +82,20 @@ def chat_prompt_ids(tokenizer, messages: Sequence[Message]) -> list[int]:
     """Applies the model's chat template with the generation prompt and tokenizes."""
     text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def encode_prompt(tokenizer, prompt: str | Sequence[Message], chat: bool = True) -> list[int]:
+    """The token ids of a prompt, the one encoding that serve, batch, Generator and the CLI share.
+
+    Args:
+        tokenizer: The model's tokenizer.
+        prompt: Chat messages, or a string (one user message when `chat`, else raw text).
+        chat: Apply the chat template; False continues a raw string as it is.
+
+    Returns:
+        The prompt's token ids.
+    """
+    if isinstance(prompt, str) and not chat:
+        return list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    return chat_prompt_ids(tokenizer, messages)

@@ -1,9 +1,9 @@
-"""The generation engine: continuous batching of requests over one CrucibleModel and MAX's paged KV cache.
+"""The generation engine: continuous batching of requests over one model runner (graphs/runner.py).
 
-One `step()` reads as: schedule (scheduler.py) -> run the ragged batch through the graph -> sample each
-sequence that finished its prompt -> detokenize and check stops -> release finished requests' pages.
+One `step()` reads as: schedule (scheduler.py) -> prepare and execute the ragged batch on the runner ->
+postprocess each sequence (sample, detokenize, stop) -> release finished requests' pages.
 The engine is single-threaded; `serve/` drives it from one background thread and talks to it through
-`submit`/`abort`, which are safe to call from other threads.
+`submit`, `abort` and `load`, which are safe to call from other threads.
 """
 
 from __future__ import annotations
@@ -12,23 +12,20 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from graphs.generate import make_step_batch
+from crucible.registry import DEFAULT_MODEL
 from graphs.model import CrucibleModel, ModelOptions
+from graphs.runner import ModelRunner
 from pipelines.detokenizer import IncrementalDetokenizer
 from pipelines.logprobs import TokenLogprob, token_logprob
 from pipelines.request import Request, RequestOutput, RequestState
 from pipelines.sampling import Sampler, SamplingParams, stop_ids_for
-from pipelines.scheduler import Scheduler, SchedulerConfig, StepEntry
+from pipelines.scheduler import DEFAULT_CPU_BATCH, Scheduler, SchedulerConfig, StepEntry
 
 log = logging.getLogger("crucible.engine")
-
-# Measured on the 2-core dev machine with SmolLM2: decode throughput keeps rising up to ~32 sequences
-# per step while a step stays well under 100 ms (benchmarks/serve numbers in the serve issue's note).
-DEFAULT_CPU_BATCH = 32
 
 
 @dataclass(frozen=True)
@@ -45,7 +42,7 @@ class EngineConfig:
         activations: "f32" or "q8" (int8 activations in the CPU decode matmuls; ModelOptions).
     """
 
-    model: str = "smollm2-135m"
+    model: str = DEFAULT_MODEL
     device: str = "cpu"
     max_batch_size: int = DEFAULT_CPU_BATCH
     max_step_tokens: int = 512
@@ -60,6 +57,37 @@ class EngineConfig:
             raise ValueError("kv_cache_gib must be positive")
 
 
+class ContextLengthError(ValueError):
+    """A request that can never fit: its prompt, or prompt plus max_tokens, exceeds the context or cache.
+
+    Attributes:
+        prompt_tokens: The prompt's length.
+        limit: Tokens one sequence may hold.
+        prompt_alone: Whether the prompt by itself is too long (else max_tokens makes it so).
+    """
+
+    def __init__(self, message: str, prompt_tokens: int, limit: int, prompt_alone: bool) -> None:
+        super().__init__(message)
+        self.prompt_tokens, self.limit, self.prompt_alone = prompt_tokens, limit, prompt_alone
+
+
+@dataclass(frozen=True)
+class EngineLoad:
+    """The engine's state after its last step, safe to read from any thread.
+
+    Attributes:
+        waiting: Requests submitted or queued, not yet running.
+        running: Requests holding KV pages.
+        pages_used: KV pages in use.
+        pages_total: KV pages in all.
+    """
+
+    waiting: int = 0
+    running: int = 0
+    pages_used: int = 0
+    pages_total: int = 0
+
+
 class LLMEngine:
     """Owns the model, tokenizer, KV cache manager and scheduler.
 
@@ -70,8 +98,6 @@ class LLMEngine:
     """
 
     def __init__(self, config: EngineConfig, model: CrucibleModel | None = None, tokenizer=None) -> None:
-        from max.pipelines.kv_cache import PagedKVCacheManager
-
         from crucible.tokenizer import load_tokenizer
 
         self.config = config
@@ -79,16 +105,13 @@ class LLMEngine:
                                                                          activations=config.activations))
         self.tokenizer = tokenizer or load_tokenizer(self.model.source)
         cfg = self.model.config
-        page = self.model.options.page_size
-        page_bytes = 2 * cfg.num_layers * page * cfg.num_kv_heads * cfg.head_dim * 4
-        total_pages = max(1, int(config.kv_cache_gib * 2**30 // page_bytes))
+        self.runner = ModelRunner.for_memory(self.model, config.kv_cache_gib, config.max_batch_size)
         max_seq = min(config.max_seq_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
         self.scheduler = Scheduler(SchedulerConfig(
             max_batch_size=config.max_batch_size, max_step_tokens=config.max_step_tokens,
-            total_pages=total_pages, page_size=page, max_seq_len=max_seq))
-        self.kv = PagedKVCacheManager(params=self.model.kv_params, session=self.model.session,
-                                      total_num_pages=total_pages, max_batch_size=config.max_batch_size)
+            total_pages=self.runner.pages_total(), page_size=self.runner.page_size, max_seq_len=max_seq))
         self._lock = threading.Lock()
+        self._load = EngineLoad(pages_total=self.runner.pages_total())
         self._pending: list[Request] = []
         self._aborts: set[str] = set()
         self._live: dict[str, _Live] = {}
@@ -97,16 +120,25 @@ class LLMEngine:
 
     # -- thread-safe entry points -------------------------------------------------------------
     def submit(self, prompt_ids: Sequence[int], params: SamplingParams, request_id: str | None = None) -> Request:
-        """Queues a request (validated now: too long raises ValueError, nothing is queued)."""
+        """Queues a request, validated now (nothing is queued when it fails).
+
+        Raises:
+            ContextLengthError: The prompt, or prompt plus max_tokens, can never fit.
+            ValueError: An empty prompt or a token id outside the vocabulary.
+        """
         if not prompt_ids:
             raise ValueError("the prompt is empty")
         if max(prompt_ids) >= self.model.config.vocab_size or min(prompt_ids) < 0:
             raise ValueError("prompt token id outside the vocabulary")
         req = Request(list(prompt_ids), params) if request_id is None else Request(list(prompt_ids), params, request_id)
+        limit = self.max_seq_len
+        if len(prompt_ids) >= limit:
+            raise ContextLengthError(f"the prompt has {len(prompt_ids)} tokens; the context limit is {limit} "
+                                     "tokens", len(prompt_ids), limit, True)
         if not self.scheduler.fits_ever(req):
-            raise ValueError(
+            raise ContextLengthError(
                 f"prompt of {len(prompt_ids)} tokens plus max_tokens={params.max_tokens} exceeds the "
-                f"context limit of {self.scheduler.config.max_seq_len} tokens")
+                f"context limit of {limit} tokens", len(prompt_ids), limit, False)
         with self._lock:
             self._pending.append(req)
         return req
@@ -125,19 +157,11 @@ class LLMEngine:
         """
         outputs = self._admit_and_abort()
         plan = self.scheduler.schedule()
-        if not plan:
-            return outputs
-        plan, failed = self._prepare(plan)
-        outputs += failed
-        rows, failed = self._execute(plan)
-        outputs += failed
-        for entry, logits in rows:
-            try:
-                out = self._advance(entry, logits)
-            except Exception as exc:  # noqa: BLE001 - one request's bug fails that request
-                out = self._fail(entry.request, "sampling or detokenizing", exc)
-            if out is not None:
-                outputs.append(out)
+        if plan:
+            plan, failed = self._prepare(plan)
+            rows, failed_run = self._execute(plan)
+            outputs += failed + failed_run + self._postprocess(rows)
+        self._publish_load()
         return outputs
 
     def _prepare(self, plan: list[StepEntry]) -> tuple[list[StepEntry], list[RequestOutput]]:
@@ -145,10 +169,7 @@ class LLMEngine:
         kept, failed = [], []
         for entry in plan:
             try:
-                ctx = self._live[entry.request.request_id].ctx
-                if entry.tokens < ctx.tokens.active_length:
-                    ctx.tokens.chunk(entry.tokens)
-                self.kv.alloc(ctx)
+                self.runner.prepare(self._live[entry.request.request_id].seq, entry.tokens)
                 kept.append(entry)
             except Exception as exc:  # noqa: BLE001
                 failed.append(self._fail(entry.request, "preparing the step", exc))
@@ -177,36 +198,41 @@ class LLMEngine:
         return rows, failed
 
     def _run(self, plan: list[StepEntry]) -> np.ndarray:
-        """Executes the graph on the plan's sequences; returns logits [len(plan), vocab]."""
-        from max import tree
-
-        ctxs = [self._live[entry.request.request_id].ctx for entry in plan]
-        kv = tree.flatten(self.kv.runtime_inputs([ctxs]))[0]
-        batch = make_step_batch([np.asarray(c.tokens.active, dtype=np.int64) for c in ctxs])
+        """Executes the graph on the plan's prepared sequences; returns logits [len(plan), vocab]."""
         start = time.perf_counter()
-        logits = self.model.execute(batch.tokens, batch.row_offsets, batch.logit_rows, kv)
+        logits = self.runner.execute([self._live[entry.request.request_id].seq for entry in plan])
         self.stats.steps += 1
         self.stats.step_seconds += time.perf_counter() - start
         self.stats.prompt_tokens += sum(e.tokens for e in plan if e.request.in_prefill)
         return logits
 
+    def _postprocess(self, rows: list[tuple[StepEntry, np.ndarray]]) -> list[RequestOutput]:
+        """Advances each sequence that ran; a failure here ends that request alone."""
+        outputs = []
+        for entry, logits in rows:
+            try:
+                out = self._advance(entry, logits)
+            except Exception as exc:  # noqa: BLE001 - one request's bug fails that request
+                out = self._fail(entry.request, "sampling or detokenizing", exc)
+            if out is not None:
+                outputs.append(out)
+        return outputs
+
     def _advance(self, entry: StepEntry, logits: np.ndarray) -> RequestOutput | None:
-        """Commits one sequence's step: KV bookkeeping, then (after its prompt) sample, detokenize, stop."""
+        """Commits one sequence's step: a prompt chunk, or sample, detokenize and check the stops."""
         req = entry.request
         live = self._live[req.request_id]
         if req.in_prefill:
             req.prefilled += entry.tokens
             if not entry.samples:
-                live.ctx.tokens.advance_chunk()
-                self.kv.step(live.ctx)
+                self.runner.advance(live.seq, None)
                 return None
         tok = live.sampler.sample(logits)
         lp = () if req.params.logprobs is None else (token_logprob(logits, tok, req.params.logprobs),)
         if req.first_token_time is None:
             req.first_token_time = time.perf_counter()
         req.output_ids.append(tok)
-        live.ctx.update(tok)
-        self.kv.step(live.ctx)
+        self.runner.advance(live.seq, tok)
         self.stats.generated_tokens += 1
         reason = None
         if tok in live.stop_ids:
@@ -245,16 +271,12 @@ class LLMEngine:
         return outputs
 
     def _admit(self, req: Request) -> None:
-        """Gives a submitted request its sampler, detokenizer and KV context, and queues it."""
-        from max.pipelines.context import TextContext, TokenBuffer
-
-        ctx = TextContext(request_id=_request_id(), max_length=req.max_total_tokens + 1,
-                          tokens=TokenBuffer(np.asarray(req.prompt_ids, dtype=np.int64)))
-        live = _Live(ctx, Sampler(req.params), IncrementalDetokenizer(self._decode, req.params.stop),
-                     stop_ids_for(req.params, self.eos_ids))
-        self.kv.claim(ctx)
-        self._live[req.request_id] = live  # from here on, _finish releases the claim
-        self.scheduler.add(req)
+        """Gives a submitted request its sampler, detokenizer and cache slot, and queues it."""
+        sampler = Sampler(req.params)
+        detok = IncrementalDetokenizer(self._decode, req.params.stop)
+        seq = self.runner.start(req.prompt_ids, req.max_total_tokens + 1)
+        self._live[req.request_id] = _Live(seq, sampler, detok, stop_ids_for(req.params, self.eos_ids))
+        self.scheduler.add(req)  # from here on, _finish releases the slot
 
     def _fail(self, req: Request, stage: str, exc: Exception) -> RequestOutput:
         """Ends one request with an error (a server bug: logged with its id and traceback)."""
@@ -267,7 +289,7 @@ class LLMEngine:
         self.scheduler.finish(req)
         if live is not None:
             try:
-                self.kv.release(live.ctx)
+                self.runner.release(live.seq)
             except Exception as exc:  # noqa: BLE001 - the request ends either way
                 log.error("request %s: releasing its KV pages failed: %r", req.request_id, exc, exc_info=exc)
         req.finish_reason, req.error, req.finish_time = reason, error, time.perf_counter()
@@ -285,21 +307,33 @@ class LLMEngine:
             pending = bool(self._pending or self._aborts)
         return pending or self.scheduler.has_work
 
+    @property
+    def max_seq_len(self) -> int:
+        """Tokens one request may hold: prompt plus completion."""
+        return self.scheduler.config.max_seq_len
+
     def kv_pages_in_use(self) -> int:
-        """KV pages MAX's cache manager reports in use (0 when no request holds any)."""
-        return self.kv.block_count().used
+        """KV pages MAX's cache manager reports in use (0 when no request holds any); engine thread only."""
+        return self.runner.pages_used()
 
     def kv_pages_total(self) -> int:
-        return self.kv.block_count().total
+        return self.runner.pages_total()
 
-    def queue_depth(self) -> int:
+    def load(self) -> EngineLoad:
+        """Queue, running set and cache use as of the last step (any thread)."""
         with self._lock:
-            return len(self._pending) + len(self.scheduler.waiting)
+            return replace(self._load, waiting=self._load.waiting + len(self._pending))
+
+    def _publish_load(self) -> None:
+        load = EngineLoad(len(self.scheduler.waiting), len(self.scheduler.running), self.runner.pages_used(),
+                          self.runner.pages_total())
+        with self._lock:
+            self._load = load
 
 
 @dataclass
 class _Live:
-    ctx: object
+    seq: object  # the runner's sequence (MAX's TextContext)
     sampler: Sampler
     detok: IncrementalDetokenizer
     stop_ids: frozenset[int]
@@ -315,8 +349,3 @@ class EngineStats:
     generated_tokens: int = 0
     finished: dict[str, int] = field(default_factory=dict)  # finish reason -> count
 
-
-def _request_id():
-    from max.pipelines.modeling.types import RequestID
-
-    return RequestID()

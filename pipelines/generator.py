@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from crucible.registry import DEFAULT_MODEL
 from pipelines.engine import EngineConfig, LLMEngine
 from pipelines.logprobs import TokenLogprob
 from pipelines.sampling import SamplingParams
@@ -73,17 +74,17 @@ class Generator:
         **settings: EngineConfig fields (device, max_batch_size, max_step_tokens, kv_cache_gib, ...).
     """
 
-    def __init__(self, model: str = "smollm2-135m", engine: LLMEngine | None = None, **settings) -> None:
+    def __init__(self, model: str = DEFAULT_MODEL, engine: LLMEngine | None = None, **settings) -> None:
         self.engine = engine or LLMEngine(EngineConfig(model=model, **settings))
         self.tokenizer = self.engine.tokenizer
 
     def encode(self, prompt: Prompt, raw: bool = False) -> list[int]:
         """Token ids of a prompt: chat-templated unless raw text continuation is asked for."""
-        from crucible.tokenizer import chat_prompt_ids
+        from crucible.tokenizer import encode_prompt
 
         if raw and isinstance(prompt, str):
-            return list(self.tokenizer(prompt, add_special_tokens=False)["input_ids"])
-        return chat_prompt_ids(self.tokenizer, validate_messages(_messages(prompt)))
+            return encode_prompt(self.tokenizer, prompt, chat=False)
+        return encode_prompt(self.tokenizer, validate_messages(_messages(prompt)))
 
     def generate(self, prompts: Sequence[Prompt], sampling: SamplingParams | Sequence[SamplingParams] | None = None,
                  raw: bool = False) -> list[GenerationResult]:

@@ -14,6 +14,10 @@ from dataclasses import dataclass
 
 from pipelines.request import Request, RequestState
 
+# Requests decoded together by default: on 2 CPU cores SmolLM2's decode throughput keeps rising up to
+# ~32 sequences per step while a step stays well under 100 ms.
+DEFAULT_CPU_BATCH = 32
+
 
 @dataclass(frozen=True)
 class SchedulerConfig:

@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
+from crucible.registry import DEFAULT_MODEL
 from crucible.errors import DEBUG_ENV, INTERNAL_ERROR, USER_ERROR, debug, exit_status, one_line
 from serve.engine_bridge import EngineBridge, EngineDead, QueueFull
+from pipelines.scheduler import DEFAULT_CPU_BATCH
 from serve.metrics import Metrics
 from serve.protocol import (APIError, full_response, logprobs_object, new_id, parse_request, stream_chunk,
                             usage)
@@ -46,10 +48,10 @@ class ServerConfig:
         activations: "f32" or "q8" (int8 activations in the CPU decode matmuls).
     """
 
-    model: str = "smollm2-135m"
+    model: str = DEFAULT_MODEL
     served_name: str | None = None
     device: str = "cpu"
-    max_batch_size: int = 32
+    max_batch_size: int = DEFAULT_CPU_BATCH
     max_in_flight: int = 256
     max_body_bytes: int = 1 << 20
     api_key: str | None = None
@@ -189,35 +191,29 @@ def create_app(config: ServerConfig, load_in_background: bool = True, engine=Non
             raise APIError(400, "malformed JSON body: nested too deeply", code="invalid_json") from None
 
     async def generate(request: Request, kind: str) -> Response:
+        from dataclasses import replace
+
+        from crucible.tokenizer import encode_prompt
+        from pipelines.engine import ContextLengthError
+
         bridge = state.bridge
         engine = bridge.engine
-        limit = engine.scheduler.config.max_seq_len
+        limit = engine.max_seq_len
         req = parse_request(await read_json(request), kind, limit)
         if req.model not in (state.model_name, config.model):
             raise APIError(404, f"the model '{req.model}' does not exist; this server serves '{state.model_name}'",
                            param="model", code="model_not_found")
         tok = engine.tokenizer
-        if req.kind == "chat":
-            from crucible.tokenizer import chat_prompt_ids
-
-            ids = chat_prompt_ids(tok, req.messages)
-        else:
-            ids = list(tok(req.prompt, add_special_tokens=False)["input_ids"])
-        if len(ids) >= limit:
-            raise APIError(400, f"the prompt has {len(ids)} tokens; this model's context is {limit}",
-                           param="messages" if kind == "chat" else "prompt", code="context_length_exceeded")
+        ids = encode_prompt(tok, req.messages) if req.kind == "chat" else encode_prompt(tok, req.prompt, chat=False)
         params = req.params
-        room = limit - len(ids)
-        if req.max_tokens_given and params.max_tokens > room:
-            raise APIError(400, f"max_tokens={params.max_tokens} plus the prompt's {len(ids)} tokens exceeds the "
-                           f"context of {limit}", param="max_tokens", code="context_length_exceeded")
-        if not req.max_tokens_given:
-            from dataclasses import replace
-
-            params = replace(params, max_tokens=min(params.max_tokens, room))
+        if not req.max_tokens_given:  # up to the context; the engine refuses a prompt that fills it
+            params = replace(params, max_tokens=max(1, min(params.max_tokens, limit - len(ids))))
         rid = new_id(kind)
         try:
             engine_req, queue = bridge.submit(ids, params, request_id=rid)
+        except ContextLengthError as exc:
+            param = ("messages" if kind == "chat" else "prompt") if exc.prompt_alone else "max_tokens"
+            raise APIError(400, str(exc), param=param, code="context_length_exceeded") from exc
         except EngineDead:
             raise APIError(503, "the engine has stopped; the server is shutting down", code="engine_stopped",
                            type_="server_error") from None
@@ -351,14 +347,14 @@ def create_app(config: ServerConfig, load_in_background: bool = True, engine=Non
     async def metrics() -> Response:
         gauges: dict[str, float] = {"crucible_ready": 1.0 if state.ready else 0.0}
         if state.bridge is not None:
-            engine = state.bridge.engine
+            load = state.bridge.engine.load()
             gauges.update({
                 "crucible_requests_in_flight": state.bridge.in_flight,
-                "crucible_queue_depth": engine.queue_depth(),
-                "crucible_running_requests": len(engine.scheduler.running),
-                "crucible_kv_cache_pages_used": engine.kv_pages_in_use(),
-                "crucible_kv_cache_pages_total": engine.kv_pages_total(),
-                "crucible_kv_cache_usage_ratio": engine.kv_pages_in_use() / max(1, engine.kv_pages_total()),
+                "crucible_queue_depth": load.waiting,
+                "crucible_running_requests": load.running,
+                "crucible_kv_cache_pages_used": load.pages_used,
+                "crucible_kv_cache_pages_total": load.pages_total,
+                "crucible_kv_cache_usage_ratio": load.pages_used / max(1, load.pages_total),
             })
         return PlainTextResponse(state.metrics.render(gauges), media_type="text/plain; version=0.0.4")
 

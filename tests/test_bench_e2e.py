@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.e2e import E2EConfig, E2EReport, Sample, chat_prompt_of_length, check_targets, format_report, write_report
+from benchmarks.e2e import E2EConfig, E2EReport, Sample, check_targets, format_report, write_report
+from pipelines.throughput import chat_prompt_of_length
 from crucible.registry import resolve_model
 from crucible.tokenizer import chat_prompt_ids, load_tokenizer
 

@@ -21,11 +21,11 @@ from max.pipelines.lib import SupportedArchitecture, TextTokenizer
 from max.pipelines.modeling.types import PipelineTask
 
 from pipelines.max_arch.model import CrucibleLlamaModel
+from pipelines.scheduler import DEFAULT_CPU_BATCH
 
-# MAX's memory planner gives CPU one sequence per batch unless told otherwise. Our engine measured
-# 335-436 output tok/s at 32-64 concurrent sequences on this 2-core machine against ~90 at one, and
-# a CPU KV page costs little, so 32 is the default; --max-batch-size overrides it.
-CPU_DEFAULT_MAX_BATCH_SIZE = 32
+# MAX's memory planner gives CPU one sequence per batch unless told otherwise; we default to our
+# engine's batch (a CPU KV page costs little). --max-batch-size overrides it.
+CPU_DEFAULT_MAX_BATCH_SIZE = DEFAULT_CPU_BATCH
 
 
 class CruciblePlanner(PagedMemoryPlanner):

@@ -29,7 +29,10 @@ def test_eight_prompts_together_equal_each_alone(make_engine, tiny_model) -> Non
 
 def test_fifty_requests_through_a_deliberately_small_cache(make_engine, tiny_model) -> None:
     # 6 pages of 128 tokens: at most a few requests fit at once; the rest must wait, none may fail.
-    page_bytes = 2 * 2 * 128 * 1 * 64 * 4
+    from graphs.runner import kv_page_bytes
+
+    page_bytes = kv_page_bytes(tiny_model)
+    assert page_bytes == 2 * 2 * 128 * 1 * 64 * 4  # K and V, 2 layers, 128 tokens, 1 KV head of 64, float32
     engine = make_engine(max_batch_size=8, max_step_tokens=96, kv_cache_gib=6 * page_bytes / 2**30)
     assert engine.kv_pages_total() >= 6
     rng = np.random.default_rng(1)

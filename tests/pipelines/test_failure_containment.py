@@ -22,7 +22,7 @@ class Injected(RuntimeError):
 
 
 def _is_target(engine, ctx) -> bool:
-    return any(live.ctx is ctx and MARK in live.detok._stop for live in engine._live.values())
+    return any(live.seq is ctx and MARK in live.detok._stop for live in engine._live.values())
 
 
 def _plant(stage: str, engine, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -44,14 +44,14 @@ def _plant(stage: str, engine, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(engine_mod, "Sampler", sampler)
     elif stage in ("alloc", "kv_step"):
         name = "alloc" if stage == "alloc" else "step"
-        real_kv = getattr(engine.kv, name)
+        real_kv = getattr(engine.runner.kv, name)
 
         def kv_call(ctx, *a, **k):
             if _is_target(engine, ctx) and third_time():
                 raise Injected(stage)
             return real_kv(ctx, *a, **k)
 
-        monkeypatch.setattr(engine.kv, name, kv_call)
+        monkeypatch.setattr(engine.runner.kv, name, kv_call)
     elif stage == "execute":
         real_run = engine._run
 
