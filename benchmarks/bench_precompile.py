@@ -1,12 +1,12 @@
 """Compiles the kernel benchmark's graphs in parallel worker processes, into MAX's graph cache.
 
-One process compiles one graph at a time, and a graph costs 15-25 s to compile on an H200 whatever it
-holds: the device benchmark of 2026-12-04 spent its whole 330 s call compiling and timed 12 rows.
-The conformance grid has the same cure (crucible/conformance/precompile.py). The benchmark builds its
+One process compiles one graph at a time, and on a GPU a graph costs tens of seconds to compile
+whatever it holds, so a device call could spend its whole time compiling. The conformance grid has
+the same cure (crucible/conformance/precompile.py). The benchmark builds its
 graphs lazily, row by row, so here each worker runs the whole benchmark dry (KernelBench with
 `prebuild`): every row is walked, the graphs whose name falls to this worker (a CRC32 of the name,
 modulo the workers) are compiled, and nothing real is executed or timed. The run that follows loads
-every graph from the cache (~1-2 s each instead of 15-25 s).
+every graph from the cache, in seconds.
 """
 
 from __future__ import annotations

@@ -5,11 +5,10 @@ output folder, and keeps going past a failing step so one run reports everything
 
     python3 benchmarks/device_check.py OUT [--bench-only | --conformance-only | --attention-only]
 
-On an H200 (2026-12-04) the conformance grid took 370 s (352 s of it compiling 19 graphs one after
-the other) and the benchmark did not finish in the 230 s left of a 600 s call, so run the two steps
-as two calls. The grid's graphs and the benchmark's now compile in one worker process per CPU first
-(crucible/conformance/precompile.py, benchmarks/bench_precompile.py; not yet run on a GPU). The benchmark writes the rows it has so far to
-kernels-partial.json at each progress line, so a call that runs out of time still returns them.
+Compiling dominates on a GPU, so the grid and the benchmark are best run as two calls; their graphs
+compile in one worker process per CPU first (crucible/conformance/precompile.py,
+benchmarks/bench_precompile.py). The benchmark writes the rows it has so far to kernels-partial.json
+at each progress line, so a call that runs out of time still returns them.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from crucible.atomic_write import write_text_atomic
+from crucible.core.atomic_write import write_text_atomic
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -47,7 +46,7 @@ def main(out: str) -> int:
         (out_dir / "status.json").write_text(json.dumps(status, indent=1, default=str))
 
     def versions():
-        from crucible.versions import version_matrix
+        from crucible.core.versions import version_matrix
 
         return version_matrix("gpu")
 

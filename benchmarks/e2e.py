@@ -10,7 +10,7 @@ Systems (same model, SmolLM2-135M by default):
   llama.cpp  `llama-bench -p <prompt> -n <gen>` on the same GGUF, built from the llama-cpp-python sdist
              (benchmarks/llamacpp.py; built on request, cached).
 Each repetition runs every system once, in turn; the report gives medians, min-max spread, ratios,
-the speed targets of issue #7 as MET / NOT MET, JSON and a PNG chart.
+the speed targets as MET / NOT MET, JSON and a PNG chart.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from crucible.atomic_write import write_text_atomic
-from crucible.registry import DEFAULT_MODEL
+from crucible.core.atomic_write import write_text_atomic
+from crucible.core.registry import DEFAULT_MODEL
 
 # crucible: our default (float32 activations). crucible-q8: the same model with int8 activations in the
 # decode matmuls (ModelOptions.activations="q8"), the scheme llama.cpp's CPU backend uses.
@@ -105,8 +105,8 @@ class CrucibleRunner:
 
     def __init__(self, model: str, system: str = "crucible", session=None, tune_threads: bool = True,
                  prompt_tokens: int = 512) -> None:
-        from crucible.registry import resolve_model
-        from crucible.tokenizer import load_tokenizer
+        from crucible.core.registry import resolve_model
+        from crucible.core.tokenizer import load_tokenizer
         from graphs.model import CrucibleModel, ModelOptions
         from pipelines.throughput import batch1_engine
 
@@ -171,8 +171,8 @@ def baseline_sample(system: str, runner: object, text: str, gguf: Path, cfg: E2E
 
 def run_e2e(cfg: E2EConfig, log=print) -> E2EReport:
     """Prepares every system, then runs cfg.reps interleaved rounds."""
-    from crucible.registry import resolve_model
-    from crucible.tokenizer import load_tokenizer
+    from crucible.core.registry import resolve_model
+    from crucible.core.tokenizer import load_tokenizer
     from pipelines.throughput import chat_prompt_of_length
 
     report = E2EReport(cfg)
@@ -237,7 +237,7 @@ def run_e2e(cfg: E2EConfig, log=print) -> E2EReport:
 
 
 def check_targets(summary: dict[str, dict[str, float]]) -> list[dict[str, object]]:
-    """Issue #7's e2e targets: decode >= 1.0x llama.cpp and >= 4x MAX; prefill >= 1.0x MAX.
+    """The e2e targets: decode >= 1.0x llama.cpp and >= 4x MAX; prefill >= 1.0x MAX.
 
     Checked for each crucible variant that ran (crucible-q8 only where it ran).
     """
@@ -286,13 +286,18 @@ def write_report(report: E2EReport, targets: list[dict[str, object]], versions: 
     data = {"config": asdict(report.config), "summary": report.summary(), "targets": targets,
             "samples": [asdict(s) for s in report.samples], "notes": report.notes, "versions": versions}
     write_text_atomic(path, json.dumps(data, indent=1, default=str))
+    plot_e2e(json.loads(path.read_text()), path.with_suffix(".png"))
+    return path
 
+
+def plot_e2e(data: dict, png: Path) -> None:
+    """Prefill and decode tok/s per system of an e2e.json (as loaded) as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    summary = report.summary()
+    summary = data["summary"]
     systems = list(summary)
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
     for ax, metric, title in zip(axes, ("prefill_tok_s", "decode_tok_s"), ("prefill", "decode")):
@@ -301,8 +306,7 @@ def write_report(report: E2EReport, targets: list[dict[str, object]], versions: 
                [summary[s][metric + "_max"] - m for s, m in zip(systems, med)]]
         ax.bar(systems, med, yerr=err, capsize=4, color=["tab:orange", "tab:red", "tab:blue", "tab:green"][:len(systems)])
         ax.set_title(f"{title} (tok/s, batch 1)")
-    fig.suptitle(f"{report.config.model}: median and min-max of {report.config.reps} reps")
+    fig.suptitle(f"{data['config']['model']}: median and min-max of {data['config']['reps']} reps")
     fig.tight_layout()
-    fig.savefig(path.with_suffix(".png"), dpi=110)
+    fig.savefig(png, dpi=110)
     plt.close(fig)
-    return path

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from crucible.registry import DEFAULT_MODEL
+from crucible.core.registry import DEFAULT_MODEL
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def run_ab(cfg: ABConfig, log=print) -> tuple[tuple[str, str], ABSummary]:
         RuntimeError: The builds generate different tokens.
     """
     from benchmarks.thread_tuning import synthetic_prompt
-    from crucible.kernel_build import kernel_package
+    from crucible.core.kernel_build import kernel_package
     from graphs.generate import greedy_generate
     from graphs.model import CrucibleModel, ModelOptions
 

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from benchmarks.kernel_row import Row
-from crucible.atomic_write import write_text_atomic
+from crucible.core.atomic_write import write_text_atomic
 
 
 def write_report(rows: list[Row], extra: dict[str, float | str], targets: list[dict[str, object]], versions: dict,
@@ -17,19 +17,21 @@ def write_report(rows: list[Row], extra: dict[str, float | str], targets: list[d
     path = out_dir / "kernels.json"
     write_text_atomic(path, json.dumps({"versions": versions, "extra": extra, "targets": targets,
                                         "rows": [asdict(r) for r in rows]}, indent=1))
-    _plot(rows, out_dir / "kernels.png")
+    plot_kernels({"rows": [asdict(r) for r in rows]}, out_dir / "kernels.png")
     return path
 
 
-def _plot(rows: list[Row], png: Path) -> None:
+def plot_kernels(data: dict, png: Path) -> None:
+    """The speed-up over MAX of every row of a kernels.json (as loaded) as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{r.op} {r.model} {r.variant} " + ",".join(f"{k}={v}" for k, v in r.shape.items()) for r in rows
-              if "max" in r.ratios or "max_fp32" in r.ratios]
-    ratios = [r.ratios.get("max", r.ratios.get("max_fp32")) for r in rows if "max" in r.ratios or "max_fp32" in r.ratios]
+    rows = [r for r in data["rows"] if "max" in r["ratios"] or "max_fp32" in r["ratios"]]
+    labels = [f"{r['op']} {r['model']} {r['variant']} " + ",".join(f"{k}={v}" for k, v in r["shape"].items())
+              for r in rows]
+    ratios = [r["ratios"].get("max", r["ratios"].get("max_fp32")) for r in rows]
     fig, ax = plt.subplots(figsize=(10, max(4, 0.18 * len(labels))))
     ax.barh(range(len(labels)), ratios, color=["tab:green" if v >= 1 else "tab:red" for v in ratios])
     ax.axvline(1.0, color="k", lw=0.8)

@@ -5,15 +5,15 @@ Llama-3-8B (4096, 14336, 32/8 heads) for M (tokens) in {1, 8, 64, 512}. Every ro
 interleaved in one process (benchmarks/timing.py) and reports medians, GFLOP/s, GB/s and ratios.
 A plain read-bandwidth probe on a buffer 8x the last-level cache runs in the same process: the
 ceiling for the memory-bound rows. The rows with a bandwidth target also time the probe interleaved
-with their own systems (Row.ceiling_gbps), because this shared machine's probe reads ~42 or ~72 GB/s
-from moment to moment; targets are judged against the best read rate of the whole run (probes and the
+with their own systems (Row.ceiling_gbps), because a shared machine's read rate moves from moment to
+moment; targets are judged against the best read rate of the whole run (probes and the
 fp32 weight streams), see kernel_targets._ceiling. The speed targets of the kernel issue are
 checked at the end.
 
 Times are per graph execution and include MAX's fixed per-execute cost (the same for every system,
 printed as exec_overhead_us). Because that cost exceeds a small decode op (576 x 1536 in Q4 is 0.5 MB)
-and is ~10% of a large one (4096 x 4096 in Q4 is 9.4 MB, which also fits in the 32 MB L3), both decode
-target shapes also get "chain" rows: one graph running the op in sequence on distinct weight copies
+and is a visible part of a large one (4096 x 4096 in Q4 is 9.4 MB, which may fit in the L3), both
+decode target shapes also get "chain" rows: one graph running the op in sequence on distinct weight copies
 totalling 64 MB (beyond the L3), as a model's layers do, reporting time / copies for every system.
 Inside a graph each op still pays a dispatch, and a parallel CPU op the runtime's hand-off to the
 cores; KernelBench.op_overhead measures both in the same run (printed with the probe), and the chain
@@ -34,7 +34,7 @@ import numpy as np
 from benchmarks.kernel_graphs import GraphSet
 from benchmarks.kernel_row import Row
 from benchmarks.timing import Timing, time_interleaved
-from crucible.versions import cpu_info, describe_cpu
+from crucible.core.versions import cpu_info, describe_cpu
 
 Target = Literal["cpu", "gpu"]
 
@@ -82,8 +82,8 @@ class KernelBench:
         from max.engine import InferenceSession
         from max.graph import DeviceRef
 
-        from crucible.devices import max_device
-        from crucible.kernel_build import kernel_package
+        from crucible.core.devices import max_device
+        from crucible.core.kernel_build import kernel_package
         from graphs.cpu_threads import CpuThreadTuner
 
         self.target = target
@@ -200,7 +200,7 @@ class KernelBench:
 
         act "q8" times the int8-activation variant (CPU decode path, M <= 32; variant "name:qtype:q8").
         """
-        from crucible.conformance.reference import dequantize, quantize
+        from crucible.conformance.naive import dequantize, quantize
 
         x = self.rng.standard_normal((m, k)).astype(np.float32)
         w = (self.rng.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
@@ -250,7 +250,7 @@ class KernelBench:
         hidden behind the compute (kernel_targets._in_cache_bound): it tells a compute-bound row
         from a memory-bound one.
         """
-        from crucible.conformance.reference import quantize
+        from crucible.conformance.naive import quantize
 
         if m != 1:
             raise ValueError(f"chain rows are decode rows (M = 1), got M = {m}")

@@ -52,7 +52,7 @@ class LlamaCppBuild:
 
 def default_cache_dir() -> Path:
     """<crucible cache>/llama.cpp/<sdist version>."""
-    from crucible.tokenizer import cache_dir
+    from crucible.core.tokenizer import cache_dir
 
     return cache_dir() / "llama.cpp" / LLAMA_CPP_PYTHON_VERSION
 
@@ -75,12 +75,10 @@ def is_built(cache_dir: Path | None = None) -> bool:
 
 
 # ggml's AMX backend, which -march=native turns on wherever the CPU reports AMX, crashed llama-bench at
-# its first matmul on a 2-vCPU Intel VM (2026-12-05; SIGSEGV, a #GP in `ldtilecfg` on a tile config
-# holding garbage). The same crash is llama.cpp issue #20824, and its open fix (PR #26954) says the
-# compiler drops the stack-held config. A plain AMX test program (ldtilecfg, tilezero) ran on that VM,
-# so AMX itself works there. x86 builds therefore leave AMX out (GCC 12 checked: explicit -mno-* flags
-# win over -march=native in either order), and llama.cpp runs its AVX-512 / AVX2 kernels, as on any
-# host without AMX. The record's `cmake_flags` say so.
+# its first matmul (a #GP in `ldtilecfg` on a tile config holding garbage; a known llama.cpp bug) on
+# a VM where AMX itself works. x86 builds therefore leave AMX out (explicit -mno-* flags win over
+# -march=native in either order), and llama.cpp runs its AVX-512 / AVX2 kernels, as on any host
+# without AMX. The record's `cmake_flags` say so.
 NO_AMX_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 
 

@@ -6,7 +6,7 @@ concurrency level, and stopped before the next one starts, so no two servers sha
   max        `max serve` with MAX's built-in Llama pipeline on the float32 export of the same weights
              (crucible/export.py), --max-batch-size = the highest level (MAX defaults CPU to 1)
   llama.cpp  `llama-server` on the GGUF, started per level with one slot per stream (-np = level)
-One table, serve.json and serve.png come out, with issue #7's serving targets as MET / NOT MET.
+One table, serve.json and serve.png come out, with the serving targets as MET / NOT MET.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from pathlib import Path
 import httpx
 
 from benchmarks.serve_load import LoadResult, format_results, run_load
-from crucible.atomic_write import write_text_atomic
-from crucible.registry import DEFAULT_MODEL
-from crucible.proc import free_port, wait_healthy
+from crucible.core.atomic_write import write_text_atomic
+from crucible.core.registry import DEFAULT_MODEL
+from crucible.core.proc import free_port, wait_healthy
 
 SERVE_SYSTEMS = ("crucible", "max", "llama.cpp")
 
@@ -127,7 +127,7 @@ def run_system(system: str, cfg: ServeCompareConfig, source, log_dir: Path, log=
 
 
 def check_serve_targets(results: dict[str, list[LoadResult]]) -> list[dict[str, object]]:
-    """Issue #7: at 1 and 16 streams, output tok/s >= 1.0x each other system, p99 TTFT no worse."""
+    """The serving targets: at 1 and 16 streams, output tok/s >= 1.0x each other system, p99 TTFT no worse."""
     targets = []
     ours = {r.concurrency: r for r in results.get("crucible", [])}
     for other in ("max", "llama.cpp"):
@@ -165,24 +165,29 @@ def write_compare(results: dict[str, list[LoadResult]], info: dict, targets: lis
     data = {"config": asdict(cfg), "versions": versions, "targets": targets,
             "systems": {s: {"results": [asdict(r) for r in rs], **info.get(s, {})} for s, rs in results.items()}}
     write_text_atomic(path, json.dumps(data, indent=1, default=str))
+    plot_serve(json.loads(path.read_text()), path.with_suffix(".png"))
+    return path
 
+
+def plot_serve(data: dict, png: Path) -> None:
+    """Output tok/s and p99 TTFT against concurrency of a serve.json (as loaded) as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for system, rs in results.items():
-        xs = [r.concurrency for r in rs]
-        axes[0].plot(xs, [r.output_tok_per_s for r in rs], marker="o", label=system)
-        axes[1].plot(xs, [(r.ttft_p99_s or 0) * 1000 for r in rs], marker="o", label=system)
+    for system, entry in data["systems"].items():
+        rs = entry["results"]
+        xs = [r["concurrency"] for r in rs]
+        axes[0].plot(xs, [r["output_tok_per_s"] for r in rs], marker="o", label=system)
+        axes[1].plot(xs, [(r["ttft_p99_s"] or 0) * 1000 for r in rs], marker="o", label=system)
     for ax, title in zip(axes, ("output tok/s", "p99 time to first token (ms)")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrent streams")
         ax.set_title(title)
         ax.legend()
-    fig.suptitle(f"{cfg.model}, {cfg.max_tokens} tokens per request")
+    fig.suptitle(f"{data['config']['model']}, {data['config']['max_tokens']} tokens per request")
     fig.tight_layout()
-    fig.savefig(path.with_suffix(".png"), dpi=110)
+    fig.savefig(png, dpi=110)
     plt.close(fig)
-    return path

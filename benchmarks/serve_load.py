@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from crucible.atomic_write import write_text_atomic
+from crucible.core.atomic_write import write_text_atomic
 
 TOPICS = ("the history of Paris", "how rainbows form", "the rules of chess", "why the sea is salty",
           "how bread rises", "the life of a honeybee", "what makes a good story", "how computers add numbers")

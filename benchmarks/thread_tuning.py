@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from crucible.registry import DEFAULT_MODEL
+from crucible.core.registry import DEFAULT_MODEL
 
 CONFIGS = ("untuned", "tuned")
 

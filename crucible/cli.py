@@ -1,7 +1,7 @@
 """The ``crucible`` command line: one entry point, one subcommand per job.
 
 Subcommand handlers import their heavy dependencies (MAX, torch) lazily so that ``crucible models`` and
-``crucible --help`` answer at once. Failures print one line (crucible/errors.py): status 2 for a user
+``crucible --help`` answer at once. Failures print one line (crucible/core/errors.py): status 2 for a user
 error (a bad flag value, a missing or unsupported model, no GPU), 1 for anything else.
 """
 
@@ -13,9 +13,9 @@ import sys
 from collections.abc import Sequence
 
 from crucible import __version__
-from crucible.devices import NO_GPU, gpu_count
-from crucible.errors import USER_ERROR, report
-from crucible.registry import DEFAULT_MODEL, list_models
+from crucible.core.devices import NO_GPU, gpu_count
+from crucible.core.errors import USER_ERROR, report
+from crucible.core.registry import DEFAULT_MODEL, list_models
 from pipelines.scheduler import DEFAULT_CPU_BATCH
 
 
@@ -47,8 +47,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     """Answers one chat message (or continues raw text) greedily on our kernels and prints timing."""
     import time
 
-    from crucible.registry import resolve_model
-    from crucible.tokenizer import encode_prompt, load_tokenizer
+    from crucible.core.registry import resolve_model
+    from crucible.core.tokenizer import encode_prompt, load_tokenizer
     from graphs.generate import greedy_generate
     from graphs.model import CrucibleModel, ModelOptions
 
@@ -91,7 +91,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serves the model over an OpenAI-compatible HTTP API."""
-    from crucible.registry import resolve_model
+    from crucible.core.registry import resolve_model
     from serve.app import ServerConfig
     from serve.server import run_server
 
@@ -108,7 +108,7 @@ def cmd_bench_serve(args: argparse.Namespace) -> int:
     """Load-tests servers: a running one (--url), or each of --systems spawned in turn on one model."""
     from pathlib import Path
 
-    from crucible.versions import version_matrix
+    from crucible.core.versions import version_matrix
 
     levels = [int(c) for c in args.levels.split(",")]
     out_dir = Path(args.out)
@@ -126,7 +126,7 @@ def cmd_bench_serve(args: argparse.Namespace) -> int:
 
     from benchmarks.serve_compare import (ServeCompareConfig, check_serve_targets, format_compare, run_system,
                                           write_compare)
-    from crucible.registry import resolve_model
+    from crucible.core.registry import resolve_model
 
     cfg = ServeCompareConfig(model=args.model, systems=tuple(args.systems.split(",")), levels=tuple(levels),
                              max_requests=args.max_requests, max_seconds=args.max_seconds,
@@ -162,7 +162,7 @@ def cmd_bench_kernels(args: argparse.Namespace) -> int:
     from benchmarks.kernel_report import format_table, write_report
     from benchmarks.kernel_targets import check_targets
     from benchmarks.kernels import KernelBench
-    from crucible.versions import version_matrix
+    from crucible.core.versions import version_matrix
 
     if args.jobs > 1:
         from benchmarks.bench_precompile import precompile_bench
@@ -192,7 +192,7 @@ def cmd_bench_e2e(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from benchmarks.e2e import E2EConfig, check_targets, format_report, run_e2e, write_report
-    from crucible.versions import version_matrix
+    from crucible.core.versions import version_matrix
 
     cfg = E2EConfig(model=args.model, prompt_tokens=args.prompt_tokens, gen_tokens=args.gen_tokens,
                     reps=args.reps, systems=tuple(args.systems.split(",")), build_llama_cpp=args.build_llama_cpp,
@@ -211,8 +211,8 @@ def cmd_bench_threads(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from benchmarks.thread_tuning import ThreadBenchConfig, format_summary, run_thread_bench
-    from crucible.atomic_write import write_text_atomic
-    from crucible.versions import version_matrix
+    from crucible.core.atomic_write import write_text_atomic
+    from crucible.core.versions import version_matrix
 
     cfg = ThreadBenchConfig(model=args.model, context=args.context, steps=args.steps, sessions=args.sessions,
                             rounds=args.rounds)
@@ -386,7 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line and returns the exit status."""
     args = build_parser().parse_args(argv)
     prog = " ".join(["crucible", args.command, getattr(args, "bench_command", None) or ""]).strip()
-    # Checked here, before anything loads (crucible.devices.max_device raises the same error later).
+    # Checked here, before anything loads (crucible.core.devices.max_device raises the same error later).
     if wants_gpu(args) and gpu_count() == 0:
         print(f"{prog}: error: {NO_GPU}", file=sys.stderr)
         return USER_ERROR

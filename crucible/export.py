@@ -13,8 +13,8 @@ import os
 import shutil
 from pathlib import Path
 
-from crucible.registry import ModelSource
-from crucible.tokenizer import cache_dir, file_key, load_tokenizer
+from crucible.core.registry import ModelSource
+from crucible.core.tokenizer import cache_dir, file_key, load_tokenizer
 
 
 def export_hf_float32(source: ModelSource, log=print) -> Path:

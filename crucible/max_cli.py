@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from crucible.proc import child_env, find_tool, free_port, wait_healthy
+from crucible.core.proc import child_env, find_tool, free_port, wait_healthy
 
 CUSTOM_ARCHITECTURES = "pipelines.max_arch"
 

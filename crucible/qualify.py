@@ -16,9 +16,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from crucible.atomic_write import write_text_atomic
-from crucible.registry import DEFAULT_MODEL
-from crucible.versions import describe_cpu
+from crucible.core.atomic_write import write_text_atomic
+from crucible.core.registry import DEFAULT_MODEL
+from crucible.core.versions import describe_cpu
 
 RECORD_VERSION = 1
 PARITY_PROMPT = "What is the capital of France?"
@@ -117,9 +117,9 @@ def parity_record(model, source) -> dict:
 
 def qualify(cfg: QualifyConfig, log=print) -> dict:
     """Builds the record (see the module docstring)."""
-    from crucible.registry import resolve_model
-    from crucible.tokenizer import load_tokenizer
-    from crucible.versions import version_matrix
+    from crucible.core.registry import resolve_model
+    from crucible.core.tokenizer import load_tokenizer
+    from crucible.core.versions import version_matrix
     from graphs.model import CrucibleModel
     from pipelines.throughput import batch1_engine, chat_prompt_of_length, time_batch1
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from crucible.registry import ModelSource, resolve_model
-from crucible.tokenizer import chat_prompt_ids, load_tokenizer
+from crucible.core.registry import ModelSource, resolve_model
+from crucible.core.tokenizer import chat_prompt_ids, load_tokenizer
 
 try:
     import torch

@@ -15,7 +15,8 @@ from typing import Literal
 
 import numpy as np
 
-from crucible.registry import ModelSource
+from crucible.core.errors import UnsupportedModelError  # noqa: F401 - raised here, re-exported
+from crucible.core.registry import ModelSource
 
 Arch = Literal["llama", "qwen2"]
 HF_ARCHITECTURES: dict[str, Arch] = {
@@ -24,10 +25,6 @@ HF_ARCHITECTURES: dict[str, Arch] = {
     "Qwen2ForCausalLM": "qwen2",
 }
 GGUF_ARCHITECTURES: dict[str, Arch] = {"llama": "llama", "qwen2": "qwen2"}
-
-
-class UnsupportedModelError(ValueError):
-    """The model's architecture, tensor type or feature is outside what Crucible supports."""
 
 
 @dataclass(frozen=True)
@@ -189,6 +186,9 @@ def config_from_gguf(reader) -> ModelConfig:
     vocab = field(f"{p}.vocab_size") or len(field("tokenizer.ggml.tokens") or [])
     if arch == "llama" and field(f"{p}.rope.scaling.type") not in (None, "none"):
         raise UnsupportedModelError(f"GGUF rope scaling {field(f'{p}.rope.scaling.type')!r} is not supported")
+    if "rope_freqs.weight" in names:  # llama.cpp's form of Llama 3.1/3.2 frequency scaling: refused, not ignored
+        raise UnsupportedModelError("GGUF RoPE frequency factors (rope_freqs.weight, Llama 3.1/3.2 scaling) are "
+                                    "not supported yet; the Hugging Face folder of the model is")
     return ModelConfig(
         arch=arch,
         vocab_size=int(vocab),

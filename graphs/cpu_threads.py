@@ -1,42 +1,16 @@
 """Scheduling priorities for MAX's CPU runtime threads, so they cannot hold up the thread that drives a step.
 
-What a batch-1 decode step looked like on the 2-core machine (SmolLM2 Q4_1, `perf sched timehist`,
-per-thread /proc counters):
-- MAX runs a graph on its two runtime workers ("🔥 Thread0", "🔥 Thread1"); the Python thread that
-  called `execute` sleeps until the result is ready. After the last op the workers keep busy-waiting,
-  so both cores stay taken. When the Python thread was woken with the result it often waited for a
-  core for 2.5-4 ms (one scheduler tick): 10-15% of steps took 9-10 ms instead of 6.
-- While a graph runs, a libmax helper thread wakes every 100-200 us (a timed condition-variable
-  wait, about 15 us of CPU each time). Each wake preempts a worker that is running a kernel: about
-  50 preemptions and 0.75 ms of CPU per 6 ms step.
-What this module does, once both kinds of thread have been seen:
-- the workers get nice 19, so a woken Python thread (nice 0) takes a core from their busy-wait at
-  once, and so does anything else on the machine that needs a core briefly;
-- the helper gets SCHED_IDLE: it runs only when a core is otherwise idle. Executions are unaffected
-  (measured: no step waited on it), it stops stealing time from kernels.
-In-process A/B (interleaved, 8 x 48 decode steps each): mean decode step 6.75 -> 5.62 ms
-(148 -> 178 tok/s), p90 8.79 -> 5.88 ms; 512-token prefill 396 -> 369 ms. Workers niced alone: 6.30 ms;
-helper idled alone: 5.88 ms (its median gain, without the tick-long outliers fixed).
-
-Also tried, not used: how long the workers busy-wait before they sleep. MAX 26.7 reads it from two
-places that must agree, `MODULAR_THREAD_BUSY_WAIT_US` (the driver's CPU device) and
-`MODULAR_RUNTIME_THREAD_BUSY_WAIT_TIME_US` (the engine's config key `runtime.thread_busy_wait_time_us`);
-both default to 200 us, and setting only the first aborts the process at `InferenceSession()`
-("getOrCreateCPUDevice called requesting different options"). Wall per execute of 300 single Q4_1
-4096 x 4096 qmatmuls, one process per run, runs alternating between values (us): 0 -> 452, 510;
-20 -> 410, 457; 200 -> 362, 367, 480; 1000 -> 420, 444, 564; 2000 -> 352; 10000 -> 354, 384. The
-spread between processes at one value (this host drifts up to 1.5x) is as large as any difference
-between values, and the calling thread's 60-90 us of CPU per execute was the same at every value: the
-default stays. Nor `MODULAR_ENABLE_AFFINITY=1`, which pins worker N to CPU N (the calling thread stays
-free): 3 alternating process pairs, single Q4_0 act=q8 4096 x 4096 op / chain of 8 per op, us, unset vs
-set: 402.6 / 356.1 vs 367.2 / 307.4; 284.6 / 233.4 vs 294.9 / 238.8; 372.2 / 323.0 vs 349.3 / 303.1.
-The single op's excess over the chain (1.13-1.22x) is the same pinned or not.
-
-The threads are found by what they are and do, not by creation order: workers by their name, the helper
-as a thread that is neither a Python thread nor a worker and that woke at least twice per millisecond
-of an execution while using little CPU per wake. Both settings are process-wide and a non-root process
-cannot undo them: every later model in the process shares the tuned runtime. Linux only; elsewhere,
-or with `ModelOptions(tune_threads=False)`, nothing is changed and the status says so.
+MAX's two runtime workers busy-wait after each graph, so the Python thread woken with a step's result
+could wait a whole scheduler tick for a core; and a libmax helper wakes every 100-200 us during an
+execution, preempting a worker that runs a kernel. Once both kinds of thread have been seen:
+- the workers get nice 19, so a woken Python thread (nice 0) takes a core from their busy-wait at once;
+- the helper gets SCHED_IDLE: it runs only when a core is otherwise idle.
+Threads are found by what they are and do (workers by name; the helper as a non-Python, non-worker
+thread that wakes at least twice per millisecond of an execution using little CPU per wake), not by
+creation order. Both settings are process-wide and a non-root process cannot undo them. Linux only;
+elsewhere, or with `ModelOptions(tune_threads=False)`, nothing changes and the status says so.
+The investigation (traces, A/B numbers, the busy-wait and affinity settings tried) is docs/cpu-threads.md;
+`crucible bench threads` measures the effect.
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from crucible.devices import max_device
-from crucible.kernel_build import KernelBuild, kernel_package
-from crucible.registry import ModelSource, resolve_model
+from crucible.core.devices import max_device
+from crucible.core.kernel_build import KernelBuild, kernel_package
+from crucible.core.registry import ModelSource, resolve_model
 from graphs.config import ModelConfig, load_config
 from graphs.cpu_threads import CpuThreadTuner
 from graphs.llama import build_graph
@@ -55,6 +55,62 @@ class ModelOptions:
             raise ValueError("activations='q8' is a CPU kernel variant; the GPU kernels use float activations")
 
 
+@dataclass(frozen=True)
+class CompiledDecoder:
+    """The decoder graph compiled into a session, with what it was built from.
+
+    Attributes:
+        model: MAX's loaded model (execute runs one step).
+        config: The model's configuration.
+        weights: The weights the graph reads (on CPU the session maps their arrays: keep them alive).
+        registry: The weights registry handed to the session.
+        ops: Every op of the graph, for provenance.
+        kernels: The kernel build the graph runs.
+        compile_seconds: Time to compile and load.
+    """
+
+    model: object
+    config: ModelConfig
+    weights: ModelWeights
+    registry: dict
+    ops: list[OpRecord]
+    kernels: KernelBuild
+    compile_seconds: float
+
+    @property
+    def provenance(self) -> dict[str, object]:
+        """Which kernels the graph runs (ours or MAX's) and from which kernel build."""
+        return {**summary(self.ops), "kernel_build": self.kernels.content_hash}
+
+
+def compile_decoder(source: ModelSource, kv_params, device_ref, session, activations: str = "f32",
+                    logits: str = "rows", kernels: KernelBuild | None = None,
+                    config: ModelConfig | None = None) -> CompiledDecoder:
+    """Loads a model's weights and compiles its decoder graph (graphs/llama.py) into `session`.
+
+    The one build path: CrucibleModel and MAX's pipeline architecture (pipelines/max_arch) both use it.
+
+    Args:
+        source: The resolved model.
+        kv_params: The paged KV cache's parameters.
+        device_ref: Where the graph runs.
+        session: MAX's InferenceSession to compile into.
+        activations: "f32" or "q8" (ModelOptions.activations).
+        logits: "rows" (logits of the rows asked for) or "last_token" (MAX's pipeline input order).
+        kernels: The kernel package (default: this checkout's).
+        config: The model's config if already read.
+    """
+    config = config or load_config(source)
+    weights = load_weights(source, config)
+    kernels = kernels or kernel_package()
+    graph, registry = build_graph(config, weights, kv_params, device_ref, kernels.path, logits=logits,
+                                  activations=activations)
+    ops = graph_ops(graph)
+    start = time.perf_counter()
+    model = session.load(graph, weights_registry=registry)
+    return CompiledDecoder(model, config, weights, registry, ops, kernels, time.perf_counter() - start)
+
+
 class CrucibleModel:
     """Loads a model (registry name, GGUF file or HF folder) and compiles its graph.
 
@@ -76,20 +132,17 @@ class CrucibleModel:
         self.options = options
         self.device = max_device(options.device)  # before the weights load: a missing GPU fails at once
         self.config: ModelConfig = load_config(self.source)
-        self.weights: ModelWeights = load_weights(self.source, self.config)
         ref = DeviceRef.CPU() if options.device == "cpu" else DeviceRef.GPU()
         self.kv_params = MHAKVCacheParams(
             dtype=DType.float32, n_kv_heads=self.config.num_kv_heads, head_dim=self.config.head_dim,
             num_layers=self.config.num_layers, page_size=options.page_size, devices=[ref],
         )
-        self.kernels = kernels or kernel_package()
         self.session = session or InferenceSession(devices=[self.device])
-        graph, registry = build_graph(self.config, self.weights, self.kv_params, ref, self.kernels.path,
-                                      activations=options.activations)
-        self.ops: list[OpRecord] = graph_ops(graph)
-        start = time.perf_counter()
-        self.model = self.session.load(graph, weights_registry=registry)
-        self.compile_seconds = time.perf_counter() - start
+        decoder = compile_decoder(self.source, self.kv_params, ref, self.session, activations=options.activations,
+                                  kernels=kernels, config=self.config)
+        self.weights: ModelWeights = decoder.weights
+        self.kernels, self.ops, self.model = decoder.kernels, decoder.ops, decoder.model
+        self.compile_seconds = decoder.compile_seconds
         self.thread_tuner = CpuThreadTuner(options.tune_threads and options.device == "cpu")
 
     @property

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from crucible.registry import ModelSource
+from crucible.core.registry import ModelSource
 from graphs.config import ModelConfig, UnsupportedModelError
 
 GGUF_QTYPES = {"F16": "f16", "Q8_0": "q8_0", "Q4_0": "q4_0", "Q4_1": "q4_1"}

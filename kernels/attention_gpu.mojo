@@ -2,26 +2,17 @@
 # sources as the CPU path (kv_layout.mojo). Split-K ("flash-decoding") over the keys, with the query
 # heads of a KV group sharing each K/V read.
 #
-# Grid (token t, head group y, split s). A block takes the HB query heads y * HB .. y * HB + HB - 1
-# (all of one KV group g, HB <= MAX_HB) and the key chunks c = s * WARPS + w, stepping S * WARPS, for its
-# warp w (a chunk is WARP_SIZE keys). Per chunk:
-#   - scores: lane l takes key c * WARP_SIZE + l, reads its row with 16-byte vector loads once and dots
-#     it with the HB query rows (staged in shared memory, pre-scaled);
-#   - softmax: per head, the warp's running max; each lane keeps its own share of the denominator;
-#   - P @ V: each lane owns D / WARP_SIZE output dims, so a V row is one coalesced warp read, shared
-#     by the HB heads (the probabilities are broadcast by shuffles).
-# The warps merge through shared memory. With S == 1 the block writes o; otherwise it writes its
-# unnormalized partial (m, l, acc) to a workspace and a second kernel merges the S splits per (t, head).
-#
-# Why split: a decode step has one token, so (token, head) parallelism is 32 blocks for Llama-3-8B on a
-# GPU with 132 SMs; each then walks all cached keys alone. S is chosen so that about TARGET_BLOCKS blocks
-# run. The splits interleave chunks (not contiguous ranges) because the host does not know the
-# sequence lengths (they live on the device): every split gets an equal share of any length.
-# Why share K/V across heads: the previous kernel (one block per query head) read a group's K/V once
-# per query head, 4x the bytes for Llama-3-8B.
-# Checked on an H200 (h200-2026-12-04c: the grid's ragged and paged cases, GQA 1, 3, 4, 8, up to 4095
-# cached keys, all passed); not yet timed there. The kernel it replaced: 618.6 us for the Llama-3-8B
-# decode over 4096 cached keys, MAX 52.8 (h200-2026-12-04b).
+# Grid (token t, head group y, split s). A block takes HB <= MAX_HB query heads of one KV group and the
+# key chunks c = s * WARPS + w (WARP_SIZE keys each), stepping S * WARPS, for its warp w. Per chunk:
+# scores (lane l dots key c * WARP_SIZE + l, read once with 16-byte loads, with the HB pre-scaled
+# query rows staged in shared memory); softmax (per head, the warp's running max, per-lane
+# denominators); P @ V (each lane owns D / WARP_SIZE output dims, so a V row is one coalesced warp read
+# shared by the HB heads). Warps merge through shared memory; with S > 1 each block writes an
+# unnormalized partial (m, l, acc) and a second kernel merges the splits per (t, head).
+# Why split: a decode step has one token, so (token, head) parallelism alone leaves most SMs idle; S
+# targets about TARGET_BLOCKS blocks. Splits interleave chunks because the host does not know the
+# sequence lengths (they live on the device). Why share K/V across heads: one block per query head
+# read a group's K/V once per query head.
 
 from std.math import exp, sqrt
 from std.memory import stack_allocation

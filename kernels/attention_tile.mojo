@@ -3,29 +3,14 @@
 # blocks of BK keys with an online softmax in fp32.
 #
 # head_dim D is a compile-time parameter (64 or 128) so a row's output stays in registers.
-# Tiles of 4+ tokens (prefill; decode tiles keep per-key dot products, a transpose per block would
-# cost more than their few rows save) transpose each key block once into kt[D, BK] and compute BK
-# scores per row with BK / FW independent vector FMA chains instead of one horizontal sum per score.
-# Value rows of a block inside one page are addressed by stride, not by a page lookup per row and key.
-# With ROWS = 48 (16 tokens of a 3-head group) SmolLM2's 512-token prefill went 455 -> 382 ms
-# (attention 147 -> ~90 ms); decode attention over 4096 keys went 63% -> 72% of read bandwidth.
-# Decode also prefetches key and value rows in software (one head's rows are 4 KB apart in MAX's
-# paged layout), keeps 4 FMA chains per dot and takes the block max as a vector reduction: 32/8
-# heads, D = 128, 4096 keys: 1059-1168 -> 894-988 us (31.7 -> 34-37.5 GB/s). With AVX-512, decode
-# scores are computed 4 keys x 4 query rows at a time and their 16 horizontal sums share one shuffle
-# tree (shuffles.sum_lanes_tile): 1024 keys (cache-resident) 255-265 -> 228-235 us; at 4096 keys no change measured
-# within the noise (920-1087 us), where the reads from DRAM dominate. AVX2 does 4 keys x 2 rows
-# (the same tree at 8 lanes): on a Zen 3 host, 32/8 heads, 1024 keys 410 -> 340 us, 4096 keys 2486 -> 2298 us.
-# P @ V runs 4 query rows at a time (_pv_rows), reading each value row once per block instead of once
-# per row, and the prefetches go to L2: 4096 keys 1121-1193 -> 978-1015 us and then -5% (in-process
-# A/B of two kernel builds, same inputs, bit-identical outputs). Key and value rows are addressed by
-# shift and mask (kv_layout.mojo), not two integer divisions per row: 1024 keys 178 -> 152 us; at
-# 4096 keys (~860 us, ~39 GB/s) no change.
-# Tried on Zen 3 (2026-12-04), not kept: writing a decode group's 4 scores per row with one 128-bit
-# store when none is masked, instead of 4 selects and scalar stores. One-core block kernel in cache
-# (profile_attention, both builds at once on the two cores, 6 swapped runs): 56-89 -> 52-80 ns per
-# key and kv head (faster in 5 of 6); in a graph (32/8 heads): 1024 keys 553 -> 567 us (faster in 2
-# of 10 rounds), 4096 keys 3167 -> 3098 and 2676 -> 2614 us (5 of 8, 6 of 8): inside the noise.
+# Prefill tiles (4+ tokens) transpose each key block once into kt[D, BK] and compute BK scores per row
+# with BK / FW independent FMA chains instead of one horizontal sum per score; decode tiles keep
+# per-key dot products (a transpose would cost more than their few rows save).
+# Decode: key and value rows are prefetched in software (one head's rows are 4 KB apart in MAX's paged
+# layout); scores are computed 4 keys x FW / 4 query rows at a time, their horizontal sums sharing one
+# shuffle tree (shuffles.sum_lanes_tile); P @ V runs 4 query rows at a time (_pv_rows), reading each
+# value row once per block. Value rows of a block inside one page are addressed by stride, and
+# key / value rows by shift and mask (kv_layout.mojo), not by integer division.
 
 from std.math import exp
 from std.sys import PrefetchOptions, prefetch
@@ -67,8 +52,7 @@ def tile_kt[D: Int](mem: Ptr[F32]) -> Ptr[F32]:
 @always_inline
 def _prefetch_row[D: Int](p: Ptr[F32]):
     # Into L2, not L1: one head's rows are 4 KB apart, so they all fall into the same few L1 sets
-    # and rows fetched into L1 ahead of use were evicted before it (L1 hint: 924-944 us, L2: 859-898 us
-    # for 4096 keys, in-process A/B).
+    # and rows fetched into L1 ahead of use were evicted before it (the L2 hint measured faster).
     comptime for i in range(0, D, 16):  # one 64-byte line per 16 floats
         prefetch[PrefetchOptions().for_read().medium_locality()](p.unsafe_offset(i))
 
@@ -80,17 +64,12 @@ def _prefetch_block_rows[D: Int, HEAD_PREFETCH: Bool](
     # While key j is scored: its value row (read by P @ V right after the block) and, walking one
     # head (HEAD_PREFETCH), its key row PF_KEYS ahead, into L2. Slot order reads whole slots, which
     # the hardware prefetchers bring towards L2, and fetches the value row and the key row
-    # SLOT_PFK ahead into L1. 32/8 heads, 4096 keys, Zen 3, standalone build, alternating runs:
-    # no software prefetch 1863-3285 us (P @ V waited on value rows), value rows 1537-2257 us (the
-    # scores then waited on key rows), + key rows 4 ahead 1324-1655 us (8 ahead: 1429-1758 us).
+    # SLOT_PFK ahead into L1: without them P @ V waited on value rows, and with value rows alone the
+    # scores waited on key rows (4 ahead measured better than 8).
     # The slot-order branch recomputes the row address (page-table load, two multiplies) for each
-    # of its 16 prefetches: the compiler does not reuse loads across a prefetch. Tried (Zen 3,
-    # 2026-12-04): both addresses computed once, tile_block 7604 -> 5955 instructions; the block
-    # kernel (profile_attention, 8 alternating runs) in L2 51.5-71.9 -> 49.5-55.7 ns per key and kv
-    # head (faster in 7 of 8), from DRAM on one core 7 of 8; but chains of 30 ops in a graph, 32/8
-    # heads, 4096 keys, interleaved rounds: faster in 3 of 10, 3 of 10 (swapped order) and 4 of 16
-    # (medians 41.9 -> 44.7 ms per 30 ops). Not kept: the op is bound by its DRAM reads, and why
-    # the tighter loop reads slower in a graph is not known (this host has no PMU counters).
+    # of its 16 prefetches: the compiler does not reuse loads across a prefetch. Computing both
+    # addresses once made the block kernel faster alone but the op slower in a graph (bound by its
+    # DRAM reads; why is not known), so it was not kept.
     comptime if HEAD_PREFETCH:
         _prefetch_row[D](kv.key(b, seq_start, min(j + PF_KEYS, k_end - 1), g))
         _prefetch_row[D](kv.value(b, seq_start, j, g))
@@ -103,7 +82,7 @@ def _prefetch_block_rows[D: Int, HEAD_PREFETCH: Bool](
 @always_inline
 def _prefetch_next_window[D: Int](kv: KVView[F32], b: Int, seq_start: Int, j_next: Int, hkv: Int, lo: Int, hi: Int):
     # K and V rows of (key, head) pairs [lo, hi) of the next window in slot order (pair i: key
-    # j_next + i // hkv, head i % hkv), into L2 (see attention_cpu.NEXT_WINDOW_PREFETCH).
+    # j_next + i // hkv, head i % hkv), into L2 (see cpu_tuning.NEXT_WINDOW_PREFETCH).
     if lo >= hi:
         return
     var j = j_next + lo // hkv
@@ -253,7 +232,7 @@ def tile_block[D: Int, HEAD_PREFETCH: Bool](
         # dot products reduced together by one shuffle tree (sum_lanes_tile) instead of FW horizontal sums, and each
         # loaded key vector serves NQ rows. AVX-512 pads a last partial group of rows (repeating
         # the tile's last row, not stored); AVX2 scores a lone last row (G = 3) with per-key dots,
-        # since a padded 4 x 2 group costs as much as two rows (measured 11% slower at 9/3 heads).
+        # since a padded 4 x 2 group costs as much as two rows (measured slower at 9/3 heads).
         comptime NQ = FW // 4
         var r_grouped = rows if FW == 16 else rows - rows % NQ
         var pf_per = ceil_div(pf_hi - pf_lo, max(1, n // 4))  # pairs prefetched per group of 4 keys

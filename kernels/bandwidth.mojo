@@ -30,8 +30,8 @@ def _sum_kernel(result: Ptr[F32], x: Ptr[F32], n: Int64):
 def read_sum_cpu(xp: Ptr[F32], n: Int, ctx: DeviceContext) raises -> Float32:
     """Sums x[0 .. n) on all cores with plain vector loads (also timed by benchmarks/profile_attention.mojo)."""
     # Chunks of 1M floats (4 MB, long sequential streams) handed out dynamically: with one fixed
-    # half per core, a core that started late or was preempted set the time, and the probe
-    # read 41-64 GB/s in runs where the fp32 GEMV read 73 GB/s.
+    # half per core, a core that started late or was preempted set the time, and the probe read
+    # less than the fp32 GEMV did.
     var tasks = max(1, ceil_div(n, 1 << 20))
     var per = ceil_div(ceil_div(n, tasks), 4 * FW) * 4 * FW
     var partial = scratch[F32](tasks)

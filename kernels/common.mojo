@@ -43,15 +43,13 @@ def parallel_for[FuncType: def(Int) -> None](func: FuncType, n: Int, ctx: Device
     MAX's `parallelize` splits the items into one fixed chunk per worker. Here each worker takes the
     next item from a shared atomic counter instead: while a graph executes, the calling Python thread
     spin-yields on one of this machine's two cores, so a worker that gets descheduled falls behind,
-    and fixed chunks would leave the other core idle at the end (measured: GEMM 0.79x -> see the
-    kernel benchmark for the current ratio).
+    and fixed chunks would leave the other core idle at the end.
 
-    The hand-off itself costs 3.4-5.6 us per call here, with the host's load (`crucible.overhead_probe`,
-    printed by the kernel benchmark): items start 1.9-2.4 us after the call on both workers. Tried, no gain: MAX's
-    sync_parallelize without the graph's context (items start ~0.4 us sooner, the op ends no sooner);
-    enqueueing one item and running the other inline before `synchronize` (the enqueued item never
-    started on the other worker while the caller worked: no parallelism); prefetching the head of each
-    item's rows before the hand-off (fp32 576 x 1536 chain 63.9-68.8 us either way).
+    The hand-off itself has a fixed cost per call (`crucible.overhead_probe`, printed by the kernel
+    benchmark). Tried, no gain: MAX's sync_parallelize without the graph's context (items start
+    sooner, the op ends no sooner); enqueueing one item and running the other inline before
+    `synchronize` (the enqueued item never started on the other worker while the caller worked: no
+    parallelism); prefetching the head of each item's rows before the hand-off.
     """
     if n <= 0:
         return

@@ -2,96 +2,44 @@
 # or GGUF blocks (qmatmul_cpu.mojo's prefill path decodes them into the packed panel).
 #
 # Compute-bound: BLIS-style blocking.
-#  - W is packed per (NC x KC) block into [NR-column panels][k][NR], so the micro-kernel reads
-#    it with aligned vector loads; one KC x NR micro-panel stays in L1.
-#  - x is packed once per call, by its own parallel pass, into
-#    [KC k-blocks][MR-row tiles][k / FW][MR][FW] (x's size again): the micro-kernel's
-#    broadcasts read one contiguous MR x FW chunk per FW values of k, and tasks walk it an
-#    MC x KC block (in L2) at a time. Packed inside each n-block task it was packed N / NC times:
-#    Zen 3, M=512, K=N=1536 19.3-20.1 -> 17.1-18.5 ms (1.00x -> 1.09-1.12x MAX), M=300, K=576,
-#    N=1536 +8%, M=64 +3%. The chunked layout packs by whole-vector copies; the earlier
-#    [k][MR] layout (one cache line per k) took one scalar store per value. Zen 4, in-graph
-#    interleaved A/B (10 rounds, medians of rounds, us), with NC 256 -> 128 below:
-#    M=512 K=N=1536 12570 -> 12147 (layout) -> 12012 (NC), MAX 11596 (0.92x -> 0.97x);
-#    M=300 K=N=4096 49132 -> 48430 (MAX 47794); M=64 K=576 N=1536 789 -> 753 (MAX 628);
-#    M=1536 K=N=4096 (3 rounds) 238388 -> 241943 (MAX 236566).
-#  - Before each micro-tile its C lines are prefetched: C (M x NC) falls out of L2 between
-#    k-blocks, and the tile's final load-add-store would otherwise wait on L3.
-#  - ("First AVX-512 host": the 2-core AMD host of the 2026-11-30 results, recorded then as Zen 4;
-#    its GEMM rate is above a Zen 4's peak, so most likely a Zen 5: see README.md.)
-#  - Micro-tile: with AVX-512, MR x NR = 6 x 4*FW, 24 accumulators of 32 registers, 10 loads per
-#    24 FMAs, KC = 128 (32 KB panel; 384 on Zen 4, see KC). Measured against 12x2, 8x3 and
-#    4x4 tiles and KC 128-512 (first AVX-512 host, M=512, K=N=1536, x read in place then): 6x4
-#    with KC=128 was fastest (0.90-0.91x MAX vs 0.79-0.89x). On Zen 4 (KC = 128, M=512,
-#    interleaved), 8x3 was slower than 6x4 in 5 rounds of 5 and 12x2 in 3 (12520-13851 and
-#    11517-13199 vs 11360-13187 us). With AVX2 (16 registers) 6 x 2*FW, 12
-#    accumulators (BLIS's Haswell tile; 6 x 4 spilled: 0.47x -> 0.76x MAX on Zen 3), KC = 384
-#    (24 KB panel).
-#  - Full panels of W are packed by FW x FW in-register transposes (block formats: per decoded
-#    block piece), not scalar stores: first AVX-512 host, fp32 5628-5652 -> 5164-5370 us at
-#    M=512, K=N=1536.
-#  - Zen 3 (AVX2), in-process interleaved medians vs MAX's ops.matmul (0.76x before):
-#    packing x and the AVX2 8 x 8 transposes 0.76x -> 0.88x at M=512, K=N=1536 (M=64, K=576,
-#    N=1536: 0.63x -> 0.84x); then prefetching C and KC 128 -> 384 with MC = 96: 0.87x ->
-#    0.99x (M=64: 0.80x -> 0.95x). Without the C prefetch KC = 384 was no better (0.84x);
-#    KC = 256 / 512 and MC = 48 / 72 / 144 measured within noise of the choice. Not re-measured
-#    on the AVX-512 hosts, where KC stays 128.
+#  - W is packed per (NC x KC) block into [NR-column panels][k][NR], so the micro-kernel reads it with
+#    aligned vector loads; one KC x NR micro-panel stays in L1 (or streams from L2 at KC = 384). Full
+#    panels are packed by FW x FW in-register transposes (block formats: per decoded block piece).
+#  - x is packed once per call (per SLAB_M rows), by its own parallel pass, into
+#    [KC k-blocks][MR-row tiles][k / FW][MR][FW]: the micro-kernel's broadcasts read one contiguous
+#    MR x FW chunk per FW values of k, packing is whole-vector copies, and tasks walk it an MC x KC
+#    block (in L2) at a time. Packed inside each n-block task it was packed N / NC times.
+#  - Before each micro-tile its C lines are prefetched: C (M x NC) falls out of L2 between k-blocks,
+#    and the tile's final load-add-store would otherwise wait on L3.
+#  - Micro-tile MR x NV vectors: 6 x 4 with AVX-512 (24 accumulators of 32 registers), 6 x 2 with AVX2
+#    (BLIS's Haswell tile). MR and KC are per host (cpu_tuning.mojo); see docs/kernels.md.
 
 from max.gpu.host import DeviceContext
 from std.sys import PrefetchOptions, prefetch
-from std.sys.info import CompilationTarget
 
 from .common import BytePtr, FW, F32, Ptr, ceil_div, cpu_threads, parallel_for, scratch
+from .cpu_tuning import GEMM_KC_AVX512, GEMM_MR
 from .quant import HALF, QBLOCK, block_bytes, decode_block
 from .shuffles import transpose_tile
 
 # Micro-tile rows (broadcast x values): 6, or 5 where the compiler's schedule for the target spills
-# the 6-row tile's accumulators (see "On that host the micro tile spills" below).
-comptime MR = 5 if CompilationTarget._is_arch["rocketlake"]() else 6
+# the 6-row tile's accumulators (cpu_tuning.GEMM_MR).
+comptime MR = GEMM_MR
 # Micro-tile vectors per row: MR * NV accumulators + NV panel loads + 1 broadcast must fit the vector
 # registers, 32 with AVX-512 (6 x 4: 24 + 4 + 1) and 16 with AVX2 (6 x 2: 12 + 2 + 1, BLIS's Haswell tile).
 comptime NV = 4 if FW == 16 else 2
 comptime NR = NV * FW     # micro-tile columns
 # k-block. With KC = 128 and AVX-512 the packed B micro-panel KC x NR stays in L1 (32 KB); a longer
 # one streams from L2 (4 panel loads per 24 FMAs, well within L2's rate) but halves or thirds the
-# passes over C, whose tiles are loaded, added to and stored once per k-block. Zen 3 (AVX2) and Zen 4
-# take 384. Zen 4 (family 25 model 17), in-process interleaved A/B of kernel builds, 4-6 rounds, us:
-# M=512 K=N=1536 KC 128 11360-13187, 256 11147-12543, 384 11195-12325, 512 11226-12292 (MAX
-# 10724-11066); M=64 K=576 N=1536 778-789 -> 728-765; M=300 K=N=4096 54029-54107 -> 49695-49807
-# (MAX 46557-46663). KC = 128 stays where it was measured best: the first AVX-512 host (Zen 5 class),
-# before x was packed and C prefetched; not re-measured there since.
-comptime KC = 384 if FW != 16 or CompilationTarget._is_arch["znver4"]() else 128
+# passes over C, whose tiles are loaded, added to and stored once per k-block. AVX2 takes 384 (with
+# the C prefetch; without it 384 gained nothing); AVX-512 per host (cpu_tuning.GEMM_KC_AVX512).
+comptime KC = GEMM_KC_AVX512 if FW == 16 else 384
 comptime MC = 100 if MR == 5 else 96  # m-block of packed x, MC x KC (48 / 144 KB), stays in L2; a multiple of MR
 # n-block packed per task: KC x NC x 4 = 64 KB, or 192 KB with KC = 384 (L2 holds it beside x's
-# block on Zen 3 / Zen 4 / Zen 5: 512 KB / 1 MB / 1 MB). 128 rather than 256: twice the tasks
-# for the two workers' shared counter, so a worker slowed by the host's other load takes fewer
-# of them. Zen 4, M=512 K=N=1536 in-graph (see the header): 12147 -> 12012 us, NC = 64 11981;
-# the cost is one more pass of each task over packed x per halving (from L3), so 128, not 64.
+# block). 128 rather than 256: twice the tasks for the workers' shared counter, so a worker slowed by
+# the host's other load takes fewer of them; 64 would add one more pass of each task over packed x
+# (from L3) per halving.
 comptime NC = 128
-# Not taken (2026-12-04, a 2-vCPU Intel Xeon VM with AVX-512 and 2 MB L2 per core, which Mojo
-# detects as "rocketlake"): n-blocks of 2 NC when M >= 300, as each n-block task streams all of
-# packed x once per k-block. In-graph interleaved A/B, medians us: NC = 256 everywhere, M=512
-# K=N=1536 6482 -> 6376 (8 of 8; MAX 5824), M=512 at N=576 and 3072 faster 5/5 and 4/5, M=128 / 256
-# even, M=64 K=576 N=1536 518 -> 542 (0 of 5). The M >= 300 form: M=512 6639 -> 6594 (4 of 5; MAX
-# 6024), M=300 3989 -> 4079 (3 of 5). A 1-2% gain on one host only, at large M; not worth a
-# host-specific tile size. KC = 384 there: 6507 -> 6532 (1 of 8).
-# On that host the micro tile spills: built for its detected CPU ("rocketlake"), the scheduler hoists
-# the next k step's panel loads and keeps 2 of the 24 accumulators on the stack (objdump of
-# _gemm_slab's task: 212 zmm stack accesses, inside the FMA loops; profile_gemm's standalone micro
-# loop has none, so its 240 GFLOP/s per core overstates the in-op loop there). Built for znver4,
-# znver5 or sapphirerapids the FMA loops have no stack access. MR = 5 (MC = 100) cuts the spills to
-# 40 and gains there (in-graph, us: M=512 K=N=1536 7576 -> 7331, 8 of 8, MAX 6854; M=300 4308 ->
-# 4290, 5/5; M=64 K=576 N=1536 567 -> 560, 4/5). Taken for that target since 2026-12-04 (fourteenth
-# session; KC is per-target already): the same A/B again, M=512 9010 -> 8716 us (8 of 8, MAX 8034:
-# 0.89x -> 0.92x), M=64 709 -> 697 (6 of 6), M=1 K=N=4096 (gemv, untouched) 1466 -> 1461. Every other
-# target keeps MR = 6 (more FMAs per load, no spills there). A rolled k loop (no unroll by FW) has no
-# stack access on any of those targets and was faster standalone (median 7492 -> 7335 us) but slower
-# in a graph, 7239 -> 7365 (0 of 8; MAX 6529).
-# Also tried there (2026-12-05, `benchmarks/matmul_ab.py 512 1536 1536`, 8 interleaved rounds, medians
-# of rounds, us; A = MR 5 x NV 4 with NC = 128): 8 x 3 (24 accumulators with room for the hoisted
-# loads, no edge tile at M = 512) with NC = 144 6898 -> 7138 (0 of 8; 11 n-blocks split 6 / 5 over
-# the workers), with NC = 96 7678 -> 7706 (0 of 8; MAX 7133); 6 x 4 with the k loop unrolled by 4
-# instead of FW 7387 -> 8026 (0 of 8); NC = 64 7565 -> 7860 (2 of 8). None taken.
 
 # Rows of x per GEMM pass (a multiple of MC). x is packed per pass, so the packed copy is at most
 # SLAB_M x K floats (115 MB at Llama-3-8B's K = 14336) instead of a second copy of x for any M (a

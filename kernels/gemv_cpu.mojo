@@ -1,30 +1,16 @@
 # CPU GEMV: y[M, N] = x[M, K] @ W[N, K]^T for M <= 8 (decode; larger M runs in groups of 8), fp32.
 #
 # Memory-bound: streams each weight row once, dotting it with all rows of x held near L1. R rows
-# of W are in flight at once (R load streams, MROWS*R accumulators).
-# Software prefetch measured no gain on 4096 x 4096 and cost 6 us per 576 x 1536 op in a chain
-# (62 -> 68 us) on the first AVX-512 host; on Zen 4 it gains (GEMV_PREFETCH_GROUPS).
+# of W are in flight at once (R load streams, MROWS*R accumulators). Software prefetch of the weight
+# rows is per host (cpu_tuning.GEMV_PREFETCH_GROUPS).
 
 from max.gpu.host import DeviceContext
 from std.sys import PrefetchOptions, prefetch
-from std.sys.info import CompilationTarget
 
 from .common import FW, F32, Ptr, ceil_div, cpu_threads, parallel_for
+from .cpu_tuning import GEMV_PREFETCH_GROUPS
 
 comptime GEMV_MAX_M = 8
-# The gemv prefetches the weight rows this many row groups (of R rows) ahead, the same k range: a
-# group's rows are R short streams (2.3 KB each at K = 576) that the hardware prefetchers restart
-# on every group. Zen 4 (memory 20-33 GB/s, noisy), standalone gemv_cpu, 3 alternating runs,
-# medians: 576 x 1536 over 20 copies from DRAM 163-196 -> 133-153 us per op (1 group ahead
-# 139-158, 4 groups 147-162); 4096 x 4096 over 4 copies 2479-2645 -> 2184-2268 us. The first
-# AVX-512 host (Zen 5 class) measured no gain at 4096 x 4096 and a loss at 576 x 1536 (chain 62
-# -> 68 us per op, see the header), so other targets keep the hardware prefetchers alone. In a
-# graph (chains of copies, 6 interleaved rounds, us per op): 576 x 1536 156.7-194.4 -> 116.3-143.0
-# (MAX 179.0-210.4), faster in 6 of 6; 4096 x 4096 2004-2293 -> 1948-2206 (4 of 5; MAX 3564-4203).
-# Zen 3 (2026-12-04), chains of 4096 x 4096 copies, 8 interleaved rounds, medians per op: 2 groups
-# ahead 2100.8 -> 2270.9 us (faster in 0 of 8); R = 2 or 1 weight rows per step at M = 1 instead of
-# 4: 2433.2 -> 2538.1 / 3013.0 us (1 of 8 together). Neither is taken there.
-comptime GEMV_PREFETCH_GROUPS = 2 if CompilationTarget._is_arch["znver4"]() else 0
 
 
 @always_inline
@@ -38,6 +24,8 @@ def _gemv_rows[MROWS: Int, R: Int, accumulate: Bool](
         # Load the R weight vectors once, then each x vector once: R + MROWS loads per R * MROWS FMAs.
         var wv = Array[SIMD[F32, FW], R](fill=SIMD[F32, FW](0))
         comptime for r in range(R):
+            # The same k range GEMV_PREFETCH_GROUPS row groups ahead: a group's rows are R short
+            # streams (2.3 KB each at K = 576) that the hardware prefetchers restart on every group.
             comptime if GEMV_PREFETCH_GROUPS > 0:
                 prefetch[PrefetchOptions().for_read().medium_locality()](
                     w.unsafe_offset((n0 + r + GEMV_PREFETCH_GROUPS * R) * K + k).unsafe_bitcast[UInt8]())

@@ -6,18 +6,11 @@
 #                shared memory 16 at a time. Any float dtype (fp32 included); the portable baseline.
 #   tensor_core  mma.sync m16n8k8 (bf16 or fp16 in, fp32 accumulate). 4 warps per 64x64 block tile,
 #                each warp a 32x32 sub-tile of 2x4 mma tiles; K staged through shared memory 32 at a
-#                time. Fragments are gathered from shared memory in the PTX register layout.
-#                NVIDIA only (sm_80+): AMD's MFMA shapes and layouts differ, so on HIP "auto" runs
-#                tiled and an explicit tensor_core request is an error.
-#   gemv         one warp per weight row (output column) and per group of up to 8 rows of x: lanes read
-#                the row in 16-byte vectors, coalesced, and the warp reduces. For decode (M <= 8) each
-#                weight is read once and every SM has rows to stream; the 64x64 tiles above give one
-#                row of x only N / 64 blocks with 63 of their 64 rows idle (h200-2026-12-04b: M=1
-#                K=N=4096 bf16 read 63 GB/s). Any M is correct (W is re-read per 8 rows of x).
-#                "auto" takes it for M <= 8 since h200-2026-12-04c: it passed the grid (fp32 and bf16,
-#                M in 1..300) and at M=1 bf16 ran 58.1 us at K=N=4096 (tiled: 557.4, MAX: 42.4) and
-#                43.5 us at K=576 N=1536 (tiled: 99.2, MAX: 45.0), with 39.5 us of that execute overhead.
-#                M = 2..8 and fp32 were checked for correctness there, not timed.
+#                time; fragments gathered in the PTX register layout. NVIDIA only (sm_80+): on HIP
+#                "auto" runs tiled and an explicit tensor_core request is an error.
+#   gemv         one warp per weight row and per group of up to 8 rows of x: lanes read the row in
+#                16-byte vectors, coalesced, and the warp reduces. For decode each weight is read once
+#                and every SM has rows to stream; a 64x64 tile would leave 63 of its 64 rows idle.
 # All handle any M, N, K: the tiles zero-fill out-of-range elements, gemv falls back to scalar loads
 # when K or a base address does not allow 16-byte vectors.
 

@@ -1,19 +1,16 @@
 # crucible.overhead_probe: y[0] = x[0] + 1 and no other work, so that a chain of these ops in one graph
 # times the fixed cost every op pays before it does anything. The kernel benchmark prints it next to
-# the read-bandwidth probe: it is the floor under the small decode rows (a 576 x 1536 Q4 op reads
-# 0.5 MB, ~8 us at 60 GB/s, and pays this cost on top).
+# the read-bandwidth probe: it is the floor under the small decode rows, which pay it on top of their
+# reads.
 #
 # Variant (compile-time parameter `parallel`):
 #   False  the body runs on the runtime worker that called the op: MAX's per-op dispatch.
 #   True   the body hands one empty item per physical core to common.parallel_for, as every parallel
-#          CPU kernel does: dispatch plus the runtime's task hand-off (enqueue, start on both workers,
+#          CPU kernel does: dispatch plus the runtime's task hand-off (enqueue, start on every worker,
 #          join). On the GPU both variants are one kernel launch; `parallel` launches 132 one-thread
 #          blocks (one per SM of an H100/H200) instead of one, so the launch covers the whole device.
-#          The GPU branch has only been compiled (virtual device mode), never timed on a GPU.
-# Why a probe: a diagnostic op timing its items from inside (perf_counter_ns) showed, on the 2-core
-# CPU, that the first item of a parallel_for starts 1.9-2.4 us after the call on either worker and the
-# op returns ~0.7 us after its last item; an item enqueued on the runtime without `synchronize` did not
-# start on the other worker at all while the caller kept working. This probe measures the total.
+# Why a probe: timing items from inside an op showed the hand-off's parts (start latency on each
+# worker, the return after the last item); this probe measures the total, as a graph sees it.
 
 import extensibility
 from extensibility import InputTensor, OutputTensor

@@ -5,19 +5,13 @@
 #   x block b of row m:  dx = max|x| / 127,  qx = round(x / dx),  sx = dx * sum(qx)
 #   Q4_1 (q in 0..15):   sum_j w_j x_j  ~  d dx sum_j q_j qx_j + m sx
 #   Q4_0 (q - 8):        d dx sum_j q_j qx_j - 8 d sx
-#   Q8_0 (int8 q):       with VNNI the bytes are read as q + 128 (xor 0x80) so they are unsigned
-#                        like the nibbles: d dx sum_j (q_j + 128) qx_j - 128 d sx; with AVX2 and no
-#                        VNNI they are dotted signed: d dx sum_j q_j qx_j (SIGNED_Q8 below)
-# The integer sums are exact; the only approximation is qx (relative error <= 0.5/127 of the block's
-# max |x|), which the conformance grid bounds separately from the float path.
-#
-# Why: the float decode kernel converts every weight to float (32 conversions, 2 multiplies per block
-# and row); here a block is one u8 x s8 dot-product instruction (AVX512-VNNI vpdpbusd, 4 products
-# per int32 lane) plus one float FMA. AVX2 without VNNI (e.g. AMD Zen 3) uses llama.cpp's pair:
-# vpmaddubsw (u8 x s8 products, adjacent pairs summed to int16, saturating) and vpmaddwd against ones
-# (int16 pairs to int32); it is exact only while a pair sum fits int16, so callers pass the largest
-# weight byte (w_max): 15 for nibbles (|sum| <= 2 * 15 * 127); Q8_0 takes dot_i8_i8 there instead.
-# Other targets use a portable integer emulation. All paths give the same integers.
+#   Q8_0 (int8 q):       with VNNI read as q + 128 (xor 0x80), unsigned like the nibbles:
+#                        d dx sum_j (q_j + 128) qx_j - 128 d sx; AVX2 without VNNI: signed (SIGNED_Q8)
+# The integer sums are exact; the only approximation is qx (at most 0.5/127 of the block's max |x|).
+# Why: a block is one u8 x s8 dot-product instruction (AVX512-VNNI vpdpbusd) plus one float FMA, not
+# 32 conversions. AVX2 without VNNI uses llama.cpp's vpmaddubsw + vpmaddwd pair, exact only while a
+# pair sum fits int16, so callers pass the largest weight byte (w_max: 15 for nibbles; Q8_0 takes
+# dot_i8_i8 there). Other targets use a portable integer emulation. All paths give the same integers.
 
 from std.sys import llvm_intrinsic
 from std.sys.info import CompilationTarget
@@ -112,14 +106,12 @@ def quantize_rows_q8(x: Ptr[F32], rows: Int, K: Int, qx: I8Ptr, dx: Ptr[F32], sx
 #                 dot product: its -8 offset is then exact integer math inside the same instruction,
 #                 with no float term per pair
 # L = PAIR_LANES, the int32 lanes a pair's dot product ends in:
-#   16 with AVX-512 VNNI: one vpdpbusd over all 64 bytes (4 bytes per lane). Against one block per
-#      256-bit instruction this measured 0.78 -> 0.62-0.71 ns per block (one core, cache-resident and
-#      streaming from DRAM).
+#   16 with AVX-512 VNNI: one vpdpbusd over all 64 bytes (4 bytes per lane); faster than one block per
+#      256-bit instruction, in cache and streaming from DRAM.
 #   8 elsewhere (dot_u8_i8_x2_fold): lane i adds the 4 bytes of lane i and of lane i + 8, which belong
 #      to the same block, so one conversion, one scale multiply and one FMA serve the pair. With AVX2
 #      (no VNNI) the two vpmaddubsw halves are added as int16 before one vpmaddwd (exact: 4 products of
-#      at most 15 * 127 fit int16). AMD Zen 3, one core, cache-resident, 16 -> 8 lanes: see
-#      qgemv_rows_q8.mojo's header.
+#      at most 15 * 127 fit int16).
 comptime PAIR = 64
 comptime PAIR_LANES = 16 if CompilationTarget.has_vnni() and CompilationTarget.has_avx512f() else 8
 

@@ -1,68 +1,17 @@
 # Float-activation batch-1 Q4 rows of crucible.qmatmul on AVX-512BW (act = "f32", M = 1, Q4_0 / Q4_1):
 # y[n] = x . dequant(W[n, :]), a row read in groups of 4 blocks (128 values), in integers.
-#
-# Why: the block-at-a-time rows (qgemv_rows.mojo) turn each nibble into a float with a widening
-# (vpmovzxbd) and a table permute (vpermps): three lane-crossing shuffles per block on Zen 4's two
-# shuffle pipes, compute-bound at ~1.6 ns per block on one core. Here:
-#   - x is laid out once per call (groups_layout): per block of 32 values, s = max|x| / 127 and, per
-#     value, N = round(2^16 x / s) as three int8 parts, its signed base-256 digits (int8_digits):
-#     x = s (A 2^16 + B 2^8 + C) / 2^16, to about 2^-24 of the block's max|x|, in the order the
-#     nibbles come out below;
-#   - one two-source permute gathers a group's 4 x 16 packed bytes into 64 (bytes 16 b..16 b + 15:
-#     block b);
-#   - the low nibbles are one mask, the high ones one vgf2p8affineqb (GFNI; else a shift and a mask),
-#     and vpdpbusd (VNNI; without it vpmaddubsw on both halves, an int16 add and vpmaddwd) sums
-#     nibble x part per 4 bytes into int32. The three parts go in by Horner (a shift by 8, then the
-#     next part): per lane (8 values) under 2^30, exact. Q4_0 then adds -8 sum N: a sum over q - 8
-#     with no cancellation (its offsets join the set's first summing stage);
-#   - a set of 4 groups (16 blocks) finishes together: two levels of in-lane unpacks sum each block's
-#     4 lanes into one vector of 16 block sums (_set_block_sums), then one conversion, one multiply
-#     by s / 2^16 and one FMA by d serve the set; two two-source permutes gather the set's 16 d (and
-#     Q4_1's 16 m, whose term is one FMA with x's block sums) in the same lane order.
-#
-# Accuracy (conformance grid, M = 1, largest ratio of the error to the fp32 dot bound
-# 2 u sqrt(K) |x| . |w|): K = 576 Q4_0 0.011, Q4_1 0.015; K = 4096 0.0015 / 0.004. x with a block
-# mixing 1e4 and 1e-3 (the grid's special-x case, split bound |d q| + |offset|): Q4_0 0.10, Q4_1
-# 0.28 (base 254 parts before 2026-12-05: 0.010 / 0.020, 0.002 / 0.006, 0.08-0.09 / 0.32-0.33).
-# Small values next to a large one carry its 2^-24 error, where fp32 keeps 2^-24 of each value: the
-# price of x in integers per block, in a bound with room to spare. A block whose max|x| is under
-# 1e-30 counts as zero; an inf or NaN in x makes its s NaN, so y is NaN as in fp32.
-#
-# History, Zen 4, one core, cache-resident (benchmarks/profile_qmatmul.mojo "f32 group rows", 128 x 4096):
-#   - float nibbles (16 x F - 16 x with F = 1 + q / 16, in FMAs): Q4_0 1.30-1.43, Q4_1 1.36-1.45 ns per
-#     block; its cancellation failed the special-x case for Q4_0 at 7.7 times the bound on |w|;
-#   - nibbles as bf16 with vdpbf16ps and x in two bf16 parts: 1.07 / 1.13, but x held only ~17 bits (grid
-#     ratio 0.76 at K = 160); in three parts (24 bits) 1.35;
-#   - x in two int16 parts, x = s (H + L / 2^15), and vpdpwssd: 8 multiply-adds, 6 nibble ops and 8
-#     loads of x per group against 6, 3 and 6 here (Zen 4 loads 2 x 32 bytes per cycle). Q4_0
-#     1.15-1.36 -> 0.93-1.09, Q4_1 1.08-1.18 -> 0.93-1.13 ns per block; grid ratios 0.007 / 0.018 at
-#     K = 576 and 0.08 / 0.10 on special-x. In a graph, chains of copies from DRAM, 8 interleaved rounds,
-#     medians per op: K = N = 4096 Q4_0 520.8 -> 471.5 us (faster in 8 of 8 rounds), Q4_1 552.3 -> 509.4
-#     (7 of 8); at SmolLM2's shapes (K = 576 or 1536) within the noise of memory that read 10-16 GB/s.
-#     The no-VNNI branch, forced on this Zen 4: 1.07-1.12 / 1.10-1.30 (int16 parts there: 1.15-1.33 /
-#     1.07-1.27); through dot_u8_i8_x2's 256-bit halves it took 1.48-1.72.
-#   - two rows side by side, sharing x's loads: Q4_0 3-10% faster in cache, Q4_1 slower (registers); not
-#     kept (one weight stream per core, see qmatmul_cpu._qgemv_m).
-# The Intel Xeon VM ("rocketlake", 2026-12-05), where these rows were compute-bound at ~0.9 ns per
-# block: the loop's vector uops over its two 512-bit ports (p0, p5; VNNI, shifts and conversions on
-# p0 only) set its pace. Each step below cut uops; profile_qmatmul, 128 x 4096, one core, ns per block:
-#   - per-group finish (a conversion, a multiply and an FMA per group, the header permutes one group
-#     at a time) -> per-set finish: Q4_1 0.879 -> 0.855, Q4_0 0.911 -> 0.919 (the 4 groups' Horner
-#     chains in lockstep; group after group it was slower, 0.907 / 0.965);
-#   - base-254 parts (Horner step: shift, add, subtract) -> base-256 digits (one shift), the high
-#     nibbles by GFNI, the set's headers by two two-source permutes instead of four permutes and
-#     four masked merges: Q4_1 0.88-0.93 -> 0.76, Q4_0 0.94 -> 0.80-0.85;
-#   - Q4_0's offsets added once per pair of groups after _set_block_sums' first stage (two loads and
-#     adds per set instead of four): 0.889 -> 0.852; in a graph (below) 308.5 -> 299.7 us (10 of 10);
-#   - tried: the Horner shift as a byte shuffle (port 5, hidden control): within the noise, dropped.
-#   In a graph (benchmarks/matmul_ab.py, chains of copies from DRAM, 10 interleaved rounds, medians per
-#   op), the first two steps together: K = N = 4096 Q4_1 327.2 -> 275.6 us, Q4_0 320.1 -> 290.7 (faster
-#   in 10 of 10 each); 576 x 1536 Q4_1 43.0 -> 39.5, 1536 x 576 Q4_0 45.0 -> 43.3 (8 of 8). Zen 4 takes
-#   the same code, unmeasured there.
-# Blocks after the last whole group (K = 576: 2 of 18) take decode_block; a last partial set runs
-# its groups with the missing ones' nibbles and headers zero. Needs AVX-512BW (word permutes and
-# shifts); AVX2 hosts without VNNI take qgemv_octets.mojo (x in base-254 parts, 8 blocks at a time),
-# other hosts keep qgemv_rows.
+# Why: the block-at-a-time rows (qgemv_rows.mojo) spend three lane-crossing shuffles per block turning
+# nibbles into floats and are compute-bound. Here x is laid out once per call (groups_layout): per
+# block s = max|x| / 127 and per value the signed base-256 digits A, B, C of N = round(2^16 x / s)
+# (int8_digits), x to about 2^-24 of its block's max|x|. One two-source permute gathers a group's
+# 64 packed bytes; low nibbles are a mask, high ones a vgf2p8affineqb (GFNI; else shift and mask);
+# vpdpbusd (VNNI; else vpmaddubsw + vpmaddwd) sums nibble x digit into int32, the three digits by
+# Horner (shifts by 8), exact. Q4_0 adds -8 sum N in integers (no float cancellation). A set of 4
+# groups (16 blocks) finishes together (_set_block_sums): one conversion, one multiply by s / 2^16
+# and one FMA by d per set, the headers gathered by two two-source permutes.
+# Blocks after the last whole group take decode_block; a last partial set runs with the missing
+# groups zero. An inf or NaN in x makes its block's s NaN, so y is NaN as in fp32. AVX2 hosts without
+# VNNI take qgemv_octets.mojo, other hosts qgemv_rows. Accuracy and history: docs/kernels.md.
 
 from std.memory import bitcast
 from std.sys import llvm_intrinsic
@@ -70,9 +19,10 @@ from std.sys.info import CompilationTarget
 from std.utils.index import IndexList
 
 from .common import BytePtr, F32, Ptr
+from .cpu_tuning import OPAQUE_PERM
 from .qdot_int8 import dot_u8_i8_x2
 from .qgemv_rows import prefetch_ahead
-from .qpair_bytes import OPAQUE_PERM, opaque_indices, opaque_perm
+from .qpair_bytes import opaque_indices, opaque_perm
 from .quant import QBLOCK, block_bytes, decode_block, header_bytes
 
 comptime GROUPS_F32 = CompilationTarget.has_avx512f() and CompilationTarget._has_feature["avx512bw"]()
@@ -93,8 +43,8 @@ comptime _HIGH_NIBBLE_MATRIX = bitcast[DType.uint8, 64](SIMD[DType.uint64, 8](0x
 
 
 def byte_perm[qtype: StaticString]() -> Bool:
-    """Whether the group rows' word permutes run as hidden byte permutes (VBMI; Q4_0 on Intel, see
-    qpair_bytes.OPAQUE_PERM): vpermt2w / vpermw are 3 / 2 uops there, vpermt2b / vpermb one each."""
+    """Whether the group rows' word permutes run as hidden byte permutes (VBMI; Q4_0 where
+    cpu_tuning.OPAQUE_PERM): vpermt2w / vpermw are 3 / 2 uops there, vpermt2b / vpermb one each."""
     return CompilationTarget._has_feature["avx512vbmi"]() and opaque_perm[qtype]()
 
 
@@ -285,8 +235,8 @@ def _word_permute2[as_bytes: Bool, words: SIMD[DType.int16, 32]](
     a: SIMD[DType.int16, 32], b: SIMD[DType.int16, 32]
 ) -> SIMD[DType.int16, 32]:
     """Word i of the result: word words[i] of a ++ b (vpermt2w); with as_bytes the same move as a
-    vpermt2b behind opaque indices (one uop on Intel against three): LLVM turns visible byte indices
-    that move whole words back into vpermt2w."""
+    vpermt2b behind opaque indices (one uop against three where OPAQUE_PERM): LLVM turns visible
+    byte indices that move whole words back into vpermt2w."""
     comptime if as_bytes:
         comptime idx = _word_bytes(words)
         return bitcast[DType.int16, 32](llvm_intrinsic["llvm.x86.avx512.vpermi2var.qi.512", SIMD[DType.uint8, 64]](

@@ -1,55 +1,18 @@
 # Float-activation batch-1 Q4 rows of crucible.qmatmul on AVX2 without VNNI or AVX-512BW (act = "f32",
-# M = 1, Q4_0 / Q4_1; e.g. AMD Zen 3, Intel Haswell to Skylake client): y[n] = x . dequant(W[n, :]),
-# a row read in octets of 8 blocks (256 values), in integers.
-#
-# Why: the block-at-a-time rows (qgemv_rows.mojo) widen every nibble to int32 and convert it to float
-# (4 widenings, 4 conversions and 4 FMAs per block on 8-lane vectors): ~2 ns per block on one Zen 3
-# core, about half the DRAM stream's pace. Here x is held in integers as in qgemv_groups.mojo (the
-# AVX-512 rows): per block of 32 values s = max|x| / 127 (qgemv_groups.part_scale) and three int8
-# parts, x = s (A + B / 254 + C / 254^2) (int8_parts), laid out once per call (octets_layout) in the
-# byte order of the int8 rows' block octets (qdot_int8.mojo): each weight octet's nibbles are split once
-# (octet_nibbles) and dotted with all three parts by octet_dot (vpmaddubsw, int16 adds, two vphaddw
-# levels, one vpmaddwd): per block and part one int32 sum, lane k for block octet_block(k).
-#   - AB = 254 dot(q, A) + dot(q, B) (the 254 is octet_dot's last vpmaddwd factor, free): at most
-#     32 * 15 * 127 * 255 < 2^24, so its conversion to float is exact; C's dot is converted apart.
-#   - Q4_0 adds -8 sum(254 A + B) and -8 sum(C) per block in int32 (co): the sum over q - 8 is exact,
-#     with no cancellation in floats (the special-x case; see qgemv_groups.mojo's history).
-#   - t = AB s / 254 + C s / 254^2 per lane (one multiply, one FMA), then acc += d t; Q4_1's m term is
-#     one FMA with x's block sums per octet.
-# Accuracy: as qgemv_groups.mojo (x held to about 2^-24 of its block's max|x|; the products and sums up
-# to AB and C exact, then three fp32 roundings per block). Conformance grid, M = 1, largest ratio of the
-# error to the fp32 dot bound, qgemv_rows -> these rows: K = 576 Q4_0 0.027 -> 0.012, Q4_1 0.021 ->
-# 0.016; K = N = 4096 0.009 -> 0.002, 0.0055 -> 0.0055; special-x (a block mixing 1e4 and 1e-3) Q4_0
-# 0.09 -> 0.07, Q4_1 0.10 -> 0.33 (small values beside a large one carry its 2^-24 error).
-# Blocks after the last whole octet (K = 576: 2 of 18) take decode_block.
-#
-# Measured on AMD Zen 3 (EPYC, 2 vCPUs), qgemv_rows -> these rows:
-#   - one core, cache-resident (benchmarks/profile_qmatmul.mojo, "f32 octet rows", 128 x 4096), quiet
-#     runs: Q4_0 2.07-2.09 -> 1.39-1.40 ns per block, Q4_1 1.97-2.00 -> 1.45-1.46 (the int8 rows, act =
-#     "q8": 0.75 / 0.83);
-#   - in a graph, chains of copies from DRAM, interleaved rounds, medians per op: K = N = 4096 Q4_0
-#     795.8 -> 552.0 us, Q4_1 1076.4 -> 880.0 (faster in 8 of 8 rounds each); 576 x 1536 Q4_0 77.0 ->
-#     59.9, Q4_1 71.8 -> 61.8 (6 of 6); 1536 x 576 Q4_0 101.2 -> 91.5, Q4_1 66.4 -> 61.2 (5 of 6).
-#   - where the time goes (2026-12-04): the same chains with one weight copy for every op (the
-#     kernel bench's "cached:" rows, weights in L3), K = N = 4096: Q4_0 527.3 -> 456.0 us per op,
-#     Q4_1 683.0 -> 671.8 against the chains from DRAM: these rows are compute-bound, so memory
-#     tuning cannot lift them (act = "q8": 460.2 -> 299.3, 524.5 -> 473.3). perf annotate of the
-#     row loop: ~120 instructions per octet spread over the 24 vpmaddubsw, their int16 folds and
-#     vphaddw levels, the nibble split and the header gather, no single hot spot. At K = 576 (2
-#     octets and 2 blocks after them) a row costs 1.89-1.98 ns per block in L2 against 1.73-1.76 at
-#     K = 512 (no blocks after the octets): the 2 decode_block blocks cost ~3 ns each.
-#   - tried (2026-12-04): the whole pairs after the last octet (K = 576: 2 of 18 blocks) in three
-#     int8 parts too, one pair at a time (two vpmaddubsw and one vpmaddwd per part, each block's
-#     scales over its 4 int32 lanes), into the row's accumulators (one horizontal sum per row).
-#     profile_qmatmul, one core, 3 alternating runs, N = 1536, K = 576: Q4_0 1.89-1.90 -> 1.85 ns per
-#     block, Q4_1 1.99-2.00 -> 1.93; in a graph, 576 x 1536 chains, 8 interleaved rounds: Q4_1 45.5 ->
-#     43.9 us per op (faster in 6 of 8), Q4_0 53.2 -> 53.8 (3 of 8); SmolLM2 decode (kernel_ab,
-#     300-token prompt, 12 rounds each order): faster in 8 of 12 and 4 of 12. The error against the
-#     fp32 bound grew 3-5x where the tail is the whole row (K = 64: 0.030 -> 0.081, K = 96: 0.018 ->
-#     0.089). A 2-4% kernel gain invisible in the model: not kept.
-#   - tried: the 8 headers packed in general registers instead of 8 vpinsrw (the accumulator then
-#     spilled: 1.39 -> 1.55 ns per block); per pair vpmaddwd (A times 254 plus B) and two vphaddd levels
-#     in int32 instead of octet_dot's vphaddw levels per part (the same within the noise).
+# M = 1, Q4_0 / Q4_1): y[n] = x . dequant(W[n, :]), a row read in octets of 8 blocks (256 values), in
+# integers.
+# Why: the block-at-a-time rows (qgemv_rows.mojo) widen and convert every nibble to float, about half
+# the DRAM stream's pace on one core. Here x is held in integers as in qgemv_groups.mojo: per block
+# s = max|x| / 127 (part_scale) and three int8 parts, x = s (A + B / 254 + C / 254^2) (int8_parts),
+# laid out once per call (octets_layout) in the byte order of qdot_int8.mojo's block octets. Each
+# weight octet's nibbles are split once (octet_nibbles) and dotted with all three parts by octet_dot
+# (vpmaddubsw, int16 adds, two vphaddw levels, one vpmaddwd): per block and part one int32 sum.
+#   - AB = 254 dot(q, A) + dot(q, B) (the 254 is octet_dot's free vpmaddwd factor) stays under 2^24,
+#     so its conversion is exact; C's dot is converted apart. Q4_0's -8 terms are added in int32.
+#   - t = AB s / 254 + C s / 254^2 per lane, then acc += d t; Q4_1's m term is one FMA with x's block
+#     sums per octet.
+# Blocks after the last whole octet take decode_block. These rows are compute-bound; accuracy and
+# what was tried: docs/kernels.md.
 
 from .common import BytePtr, F32, Ptr
 from .qdot_int8 import OCTETS, PAIR, I8Ptr, octet_block, octet_dot, octet_nibbles, octet_scales
@@ -60,7 +23,7 @@ from .quant import QBLOCK, block_bytes, decode_block
 # The parts of x (int8_parts): B = the rest of x / s below A's rounding, times 254; C = the rest below
 # B's, times 254; x / s = (A 254^2 + B 254 + C) / 254^2. (The AVX-512 group rows split x into base-256
 # digits instead, qgemv_groups.int8_digits, whose Horner steps are shifts; here the 254 is octet_dot's
-# free vpmaddwd factor, and this path is measured on Zen 3 only.)
+# free vpmaddwd factor.)
 comptime PART_SCALE = 254
 comptime X_UNIT = Float32(PART_SCALE * PART_SCALE)
 

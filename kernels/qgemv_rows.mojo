@@ -8,42 +8,18 @@ from std.sys import PrefetchOptions, prefetch
 from std.sys.info import CompilationTarget
 
 from .common import BytePtr, F32, Ptr
+from .cpu_tuning import FAR_PREFETCH, FAR_PREFETCH_PAIRS
 from .quant import HALF, QBLOCK, block_bytes, block_d, block_scales, decode_block, dot_block, header_bytes, nibble_values
 
 
-# Software prefetch distance along a weight row stream. 4 KB rather than 1 KB: at ~20-30 GB/s per core a
-# 1 KB lead is ~40 ns, well under this VM's DRAM latency. A/B, chains of distinct copies from DRAM,
-# per op: Q8_0 49152 x 576 (SmolLM2's lm_head) 612-625 -> 568-573 us (act f32), 558-569 -> 472-477 us
-# (act q8); Q4_1 4096 x 4096 263-269 -> 246-248 us (f32), 216 -> 194-197 us (q8); Q4_0 4096 act q8
-# 201-225 -> 180-202 us, act f32 229-231 -> 232-235 us (compute-bound); Q4_0 576 x 1536 act q8
-# 17.6-18.9 -> 15.8-17.4 us. 2 KB and 8 KB measured between or mixed; M = 8 and 16 unchanged. SmolLM2
-# batch-1 decode step, alternating processes, 4 rounds: 5.74 / 5.85 / 4.89 / 5.22 -> 4.90 / 5.45 /
-# 5.39 / 4.63 ms (host noise is large; 3 of 4 rounds faster).
+# Software prefetch distance along a weight row stream. 4 KB rather than 1 KB: at DRAM rates a 1 KB
+# lead is well under the memory latency (2 KB and 8 KB measured between or mixed).
 comptime PREFETCH_BYTES = 4096
-# Zen 4: tasks of at least FAR_MIN_TASK_BYTES prefetch at two distances instead, 1 KB ahead into L1 and
-# 8 KB ahead into L2 only (prefetcht1): more lines in flight than L1's miss buffers hold. Large ops
-# gain, small ones lose, so the dispatch chooses per task (far_prefetch). Zen 4, memory 20-54 GB/s and
-# noisy: Q4 4096 x 4096 from DRAM, standalone (profile_qmatmul), 16 alternating runs, medians Q4_0
-# 520-588 -> 401-435 us, Q4_1 511-541 -> 404-434; in a graph (chains of copies, 8 interleaved
-# rounds) Q4_0 act=q8 399.2 -> 362.2 us per op, faster in 8 of 8, Q4_1 act=f32 698.7 -> 696.3
-# (compute-bound). Given to every task it cost small ops: 576 x 1536 (135 KB per task) Q4_1 act=q8
-# 39.0 / 38.9 -> 42.1 / 42.4 us, Q4_0 act=f32 51.6 -> 59.5; 4096 x 512 (320 KB per task) Q4_1 act=q8
-# 61.7 -> 64.4; 576 x 16384 (1.5 MB per task) 347.4 -> 313.7 (medians of 6 rounds; minimums 212
-# vs 222). Zen 3 (2026-12-04), chains of 4096 x 4096 Q4_1 copies, 8 interleaved rounds, medians
-# per op: act=q8 331.4 -> 352.8 us (faster in 2 of 8), act=f32 457.2 -> 468.2 (2 of 8); not enabled
-# there. Other hosts keep PREFETCH_BYTES alone.
-comptime FAR_PREFETCH = CompilationTarget._is_arch["znver4"]()
-# The Intel Xeon VM (AVX-512 VNNI, "rocketlake" to Mojo, 2 MB L2 per core): the two distances for the
-# batch-1 int8 pair rows of Q4_0 and Q4_1 (act = "q8", M = 1; far_allowed[pairs=True], given by
-# qmatmul_cpu._q8_pairs). In a graph (benchmarks/matmul_ab.py, chains of 4096 x 4096 copies,
-# interleaved rounds, medians per op): Q4_1 (7 copies, 16 rounds) 277.0 -> 269.4 us (faster in 13 of
-# 16); Q4_0 (8 copies, 2026-12-05, after its permutes became vpermb) 245.4 -> 243.0 (12 of 12) and,
-# builds swapped, 225.8 -> 224.5 (10 of 12). Before that change Q4_0 had lost (299.6 -> 307.6, 2 of
-# 16). Standalone (profile_qmatmul, both cores, 8 copies, 10-14 alternating runs) both had gained:
-# Q4_1 340-344 -> 284-289 us, Q4_0 342-354 -> 312-326; act=f32 (compute-bound there, 1.0 ns per block
-# on one core vs 0.6-0.8 for q8) lost: Q4_0 356 -> 384, Q4_1 354 -> 379. 2 KB / 16 KB and 512 B / 8 KB
-# measured as 1 KB / 8 KB.
-comptime FAR_PREFETCH_PAIRS = FAR_PREFETCH or CompilationTarget._is_arch["rocketlake"]()
+# Where cpu_tuning.FAR_PREFETCH holds, tasks of at least FAR_MIN_TASK_BYTES prefetch at two distances
+# instead, FAR_L1_BYTES ahead into L1 and FAR_L2_BYTES ahead into L2 only (prefetcht1): more lines in
+# flight than L1's miss buffers hold. Large ops gain, small ones lose, so the dispatch chooses per task
+# (far_prefetch). cpu_tuning.FAR_PREFETCH_PAIRS allows it for the batch-1 int8 pair rows of Q4_0 and
+# Q4_1 (act = "q8", M = 1; far_allowed[pairs=True], given by qmatmul_cpu._q8_pairs) alone.
 comptime FAR_MIN_TASK_BYTES = 1 << 20
 comptime FAR_L1_BYTES = 1024   # distance of the prefetch into L1
 comptime FAR_L2_BYTES = 8192   # distance of the prefetch into L2
@@ -64,9 +40,8 @@ def far_prefetch[pairs: Bool = False](task_bytes: Int) -> Bool:
 def prefetch_stream[far: Bool](p: BytePtr):
     """Prefetches the weight stream ahead of `p`, the distance form fixed at compile time: far, the two
     distances (far_prefetch), else PREFETCH_BYTES. The batch-1 int8 pair rows are compiled for both
-    forms and the task picks one (qmatmul_cpu._q8_pairs): on the Intel VM a run-time `far` test in a
-    row kernel's loop cost ~8% by its presence alone (f32 group rows, whole op 348 -> 384 us with
-    far false at run time; the int8 pair rows lost likewise at 4096 x 576)."""
+    forms and the task picks one (qmatmul_cpu._q8_pairs): a run-time `far` test inside a row kernel's
+    loop measured slower by its presence alone, even with far false."""
     comptime if far:
         prefetch[PrefetchOptions().for_read().high_locality()](p.unsafe_offset(FAR_L1_BYTES))
         prefetch[PrefetchOptions().for_read().medium_locality()](p.unsafe_offset(FAR_L2_BYTES))
@@ -107,23 +82,18 @@ def qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
         comptime head = header_bytes[qtype]()
         # Q4_0's -8: in the AVX-512 lookup table for free; elsewhere nibble_values would spend 4
         # vector adds per block on it, so it joins the offset term as -8d * (block sum of x), as
-        # Q4_1's m does. Zen 3, one core, cache-resident (benchmarks/profile_qmatmul.mojo, f32 row
-        # kernel, 4096 x 128 rows, 6 alternating runs): medians 3.05 -> 2.85 ns per block, minimums
-        # the same within noise (2.56 / 2.61). Small: the int32 widening and conversions dominate.
+        # Q4_1's m does. A small gain: the int32 widening and conversions dominate.
         comptime fold_q4_0 = qtype == "q4_0" and not CompilationTarget.has_avx512f()
         comptime base = -8 if qtype == "q4_0" and not fold_q4_0 else 0
         # U independent accumulators per row (blocks b, b + 1, ...): one FMA chain per row would
-        # bound a row at one block per FMA latency (~4 cycles, 20 bytes: ~18 GB/s per core).
+        # bound a row at one block per FMA latency (~4 cycles per 20-byte block, below DRAM's pace).
         var accu = Array[SIMD[F32, HALF], U * R](fill=SIMD[F32, HALF](0))
         var offset = Array[Float32, U * R](fill=0)
         var nb = K // QBLOCK
 
         # Whole steps of U blocks without a bounds test each, then the odd blocks; the U chains are
-        # added as vectors and summed once per row (they were summed one by one). Zen 5,
-        # profile_qmatmul, one core cache-resident, 5 alternating runs, minimums, ns per block:
-        # 1536 x 576 Q4_0 1.04 -> 0.78-0.82, Q4_1 1.09 -> 0.86; 128 x 4096 Q4_0 0.79 -> 0.76, Q4_1
-        # 0.83 -> 0.81. In a graph from DRAM (chains of copies) the same within the noise: there the
-        # reads and the per-op hand-off dominate.
+        # added as vectors and summed once per row (they were summed one by one): faster in cache, the
+        # same from DRAM, where the reads and the per-op hand-off dominate.
         @always_inline
         def one_block[u: Int](b: Int) {mut accu, mut offset, var x, var xsum, var w, var row_bytes, var n0, var far}:
             var x0 = x.unsafe_load[width=HALF](b * QBLOCK)

@@ -1,49 +1,17 @@
 # Int8-activation decode rows of crucible.qmatmul on CPU (act = "q8", M <= 32): x quantized to
 # int8 per 32-value block (qdot_int8.mojo), integer block dot products. The dispatch over rows and
-# cores is qmatmul_cpu.mojo's; the float-activation rows are qgemv_rows.mojo.
-#
-# The same passes as the float rows; one weight row in flight. M = 1 with Q4_0/Q4_1 takes two blocks
-# per 512-bit dot product (block pairs, x rearranged once per call): Q4_1 4096 x 4096
-# 248 -> 202 us (42 -> 52 GB/s) in the kernel benchmark. Q4_0's -8 offset is folded into
-# the start value of each dot product (exact, integer): 0.62 -> 0.57 ns per block on one
-# core in cache; the 4096 x 4096 op now reads as many GB/s as Q4_1 (time ratio to Q4_1
-# 0.93-0.95 -> 0.91-0.92, the ratio of their bytes being 0.9). 3 to 8 rows take two x rows
-# per 512-bit dot product (row pairs, see qgemv_row_q8_mpairs). Without VNNI (AVX2, e.g. AMD
-# Zen 3) the dot products are vpmaddubsw pairs (qdot_int8.mojo) instead of a scalar emulation:
-# Q4_1 4096 x 4096 at 2 rows 6.84 -> 1.00 ms, at 8 rows 21.95 -> 4.10 ms (2.41 with row pairs).
-# Without 512-bit VNNI a pair's two 256-bit halves are folded onto one 8-lane result
-# (qdot_int8.dot_u8_i8_x2_fold), and two pairs share one header conversion and one scale
-# multiply (_pair_group). Zen 3, benchmarks/profile_qmatmul.mojo, 8 alternating runs each,
-# medians: one core cache-resident ~1.5-1.65 -> ~1.3 ns per block; whole op from DRAM on both
-# cores Q4_0 15.7 -> 17.3 GB/s, Q4_1 16.3 -> 17.8 GB/s (the host read ~20 GB/s at the time).
-# AVX2 without VNNI then reduces whole octets of 8 blocks (4 pairs) together (_octet;
-# qdot_int8.mojo, block octets): per 8 blocks one header gather and conversion, one int
-# conversion and one FMA, and no scale shuffles. Zen 3, profile_qmatmul, 6 alternating runs:
-# one core cache-resident Q4_0 1.04-1.40 -> 0.82-1.07 ns per block, Q4_1 1.03-1.33 -> 0.88-1.28;
-# the whole op from DRAM unchanged within the noise (the host read 10-15 GB/s at the time).
-# Q8_0 there takes its signed bytes as they are (qdot_int8.SIGNED_Q8): 1536 x 576 (one op,
-# both cores, standalone, medians of 6 alternating runs) M = 1 60 -> 50 us, M = 8 185 -> 144
-# us; SmolLM2's 49152 x 576 lm_head from DRAM ~1.8 ms either way (memory-bound, noisy).
-# With AVX-512 VBMI and GFNI (Zen 4/5, Ice Lake on) a pair's nibbles come from one 64-byte
-# load, one byte permute and one bit-matrix op (qpair_bytes.NIBBLE_PERM) instead of two lane
-# inserts, an and and a shift. Zen 5, profile_qmatmul, one core cache-resident, alternating runs: Q4_0
-# 0.62-0.64 -> 0.56-0.57 ns per block, Q4_1 0.66-0.67 -> 0.62-0.63.
-# The batch-1 pair rows keep GROUPS = 4 groups of 4 blocks in flight, each with its own
-# accumulators (see qgemv_row_q8_pairs), and end each row in one horizontal sum: the odd last
-# pair and Q4_1's offset lanes are added as vectors first, instead of three 16-lane sums and six
-# lane extracts. Zen 5, profile_qmatmul, one core cache-resident, 6 alternating runs, minimums, ns
-# per block: 1536 x 576 Q4_0 0.62 -> 0.56, Q4_1 0.77 -> 0.58; 128 x 4096 Q4_0 0.40 -> 0.38, Q4_1
-# 0.45 -> 0.41. In a graph, chains of 576 x 1536 copies from DRAM, 3 interleaved rounds, us per op:
-# Q4_0 22.2 / 22.6 / 27.7 -> 21.5 / 21.6 / 24.1, Q4_1 26.2 / 27.1 / 27.9 -> 24.1 / 24.7 / 25.4.
-# With NIBBLE_PERM the 4 headers of a group are one vpermb of the window already loaded for the
-# nibbles (qpair_bytes.group_headers). Zen 4, profile_qmatmul, one core cache-resident, 128 x 4096, 4
-# alternating runs, minimums, ns per block: Q4_0 0.734 -> 0.673, Q4_1 0.733 -> 0.714. In a graph,
-# chains of 4096 x 4096 Q4_0 copies from DRAM, 8 interleaved rounds, median per op 287.8 -> 274.3 us.
-# Tried on the Intel Xeon VM (2026-12-05): sets of 16 blocks finished together as the float group rows
-# do (qgemv_groups.mojo: the 8 pair dot products summed per block by 14 in-lane shuffles and 7 adds,
-# then one conversion and one FMA by d dx, the 16 headers by two two-source permutes): ~11 fewer vector
-# uops per 16 blocks, yet slower, profile_qmatmul 128 x 4096 one core, 5 alternating runs, medians:
-# Q4_0 0.590 -> 0.644 ns per block, Q4_1 0.620 -> 0.644. Not kept.
+# cores is qmatmul_cpu.mojo's; the float-activation rows are qgemv_rows.mojo. One weight row in flight.
+# Variants, by M and ISA:
+#   - M = 1, Q4_0 / Q4_1: block pairs, two blocks per 512-bit dot product (x rearranged once per call),
+#     GROUPS groups of 4 blocks in flight, one horizontal sum per row (qgemv_row_q8_pairs). Q4_0's -8
+#     is folded into each dot product's start value (exact). Without 512-bit VNNI a pair's 256-bit
+#     halves fold onto one 8-lane result and two pairs share one header conversion (_pair_group);
+#     AVX2 without VNNI reduces whole octets of 8 blocks together (_octet). With AVX-512 VBMI + GFNI
+#     a pair's nibbles and a group's headers come from byte permutes (qpair_bytes.NIBBLE_PERM).
+#   - 3 to 8 rows: row pairs, two x rows per 512-bit dot product (qgemv_row_q8_mpairs).
+#   - otherwise one block at a time (qgemv_rows_q8). Q8_0 on AVX2 without VNNI takes its signed bytes
+#     as they are (qdot_int8.SIGNED_Q8).
+# AVX2 without VNNI dots by vpmaddubsw pairs (qdot_int8.mojo), not a scalar emulation.
 
 from std.memory import bitcast
 
@@ -308,10 +276,8 @@ def qgemv_row_q8_pairs[qtype: StaticString, FAR: Bool = False](
             p += 4
         total = acc8.reduce_add() + moff.reduce_add()
     # GROUPS groups of 4 blocks per step, each into its own accumulators: with one group a step
-    # waited on the previous step's FMAs into the same two accumulators. Zen 5, profile_qmatmul, one
-    # core cache-resident, 4 alternating rounds, ns per block: K = 4096 Q4_0 0.44-0.45 -> 0.39,
-    # Q4_1 0.52-0.53 -> 0.44-0.45; K = 576 Q4_0 0.60-0.63 -> 0.60, Q4_1 0.79-0.82 -> 0.77. Two groups
-    # gave about half of that; 6 and 8 were slower at K = 576 (more blocks left to the short paths).
+    # waited on the previous step's FMAs into the same two accumulators. Two groups gave about half
+    # the gain; 6 and 8 were slower at K = 576 (more blocks left to the short paths).
     comptime GROUPS = 4
     var accs = Array[SIMD[F32, L], 2 * GROUPS](fill=SIMD[F32, L](0))
     var offs = Array[SIMD[F32, 8], GROUPS](fill=SIMD[F32, 8](0))

@@ -2,8 +2,8 @@
 # as one op. From qkv [T, (Hq + 2 Hkv) D] (q heads, then k heads, then v heads, per token) it
 #   - returns q [T, Hq, D] with rope applied,
 #   - writes k (rope applied) and v into MAX's paged KV cache, as crucible.kv_cache_write does.
-# Unfused this is split + rope(q) + rope(k) + kv_cache_write: four kernel launches per layer, ~2 us
-# each on the CPU, where a decode step has 1 token of work per launch.
+# Unfused this is split + rope(q) + rope(k) + kv_cache_write: four kernel launches per layer, each
+# with a fixed cost that dominates on the CPU, where a decode step has 1 token of work per launch.
 #
 # Parameters:
 #   interleaved  the rope layout, as crucible.rope: False pairs (i, i + D/2), True pairs (2i, 2i + 1).

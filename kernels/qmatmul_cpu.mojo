@@ -1,25 +1,16 @@
 # CPU quantized matmul: y[M, N] = x[M, K] @ dequant(Wq)^T, Wq rows of GGUF blocks (quant.mojo).
 #
-#   qgemv  M <= 32 (decode, and batched decode up to 32 sequences). Memory-bound on the quantized
-#          bytes. M = 1 streams one weight row at a time (two accumulator chains, software prefetch
-#          4 KB ahead, see PREFETCH_BYTES; two distances for large tasks on some hosts, far_prefetch); the block's scale multiplies the combined products (Q4:
-#          per-block offset via x's block sums; Q8_0/F16: dot_block, likewise two chains: with one, Q8_0 rows advanced one
-#          block per add latency; in-process A/B: SmolLM2's tied lm_head 49152 x 576 694 -> 578 us,
-#          4096 x 4096 673 -> 416 us; sharing the Q4 rows' loop, one horizontal sum per chain, then
-#          measured 606-627 -> 566-574 and 427-436 -> 257-258 us). For M > 1 each block is decoded to floats once and
-#          reused by up to 8 rows (2 weight rows in flight); M > 8 runs in groups of <= 8 rows, each
-#          streaming the weights again. The rows: qgemv_rows.mojo (float x; on AVX-512 hosts M = 1
-#          Q4_0 / Q4_1 take qgemv_groups.mojo, 4 blocks at a time in integers, and on AVX2 hosts
-#          without VNNI qgemv_octets.mojo, 8 blocks at a time), qgemv_rows_q8.mojo
-#          (act = "q8": x quantized to int8 per block, integer block dot products).
+#   qgemv  M <= 32 (decode, and batched decode up to 32 sequences), in groups of up to 8 rows of x.
+#          Memory-bound on the quantized bytes: each block is decoded in registers and used by every
+#          row of its group. The rows: qgemv_rows.mojo (float x; M = 1 Q4_0 / Q4_1 take
+#          qgemv_groups.mojo on AVX-512BW and qgemv_octets.mojo on AVX2 without VNNI) and
+#          qgemv_rows_q8.mojo (act = "q8": x quantized to int8 per block).
 #   gemm   M > 32 (prefill). The fp32 GEMM of gemm_cpu.mojo with a packing step that decodes blocks
 #          into the KC x NR micro-panel; the float weights never exist beyond that panel.
-# Why 32: decode steps of SmolLM2 measured 17 ms at 8 sequences but 54 ms at 9 through the GEMM
-# (packing decodes every block into memory and small M cannot amortize it); groups of 8 cost one
-# weight pass per group, which stays cheaper than the GEMM up to about 32 rows (16 sequences:
-# 58 -> 30 ms; 32: 76 -> 60 ms). One pass of 16 rows (R = 1) measured slower than two of 8.
-# Why one row at a time for M = 1: with 4 rows in flight a core read 11 GB/s from DRAM, with one row
-# 21 GB/s (23.7 with the prefetch); SmolLM2's batch-1 decode step went from 11.9 to 6.0 ms.
+# Why 32: the GEMM decodes every block into memory, which small M cannot amortize; groups of 8 cost
+# one weight pass per group, which stays cheaper than the GEMM up to about 32 rows.
+# Why one weight row at a time for M = 1: the hardware prefetcher follows one stream per core far
+# better than several; M > 1 is compute-bound and takes two rows, reusing each x load.
 
 from max.gpu.host import DeviceContext
 
@@ -71,10 +62,9 @@ def _rows_f32[MROWS: Int, qtype: StaticString](
     y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, N: Int, K: Int, ctx: DeviceContext
 ) raises:
     # Float x, every qtype and M (qgemv_rows.mojo). One weight row at a time for M = 1: streaming R
-    # rows side by side measured half the bandwidth (R = 4: 11 GB/s per core from DRAM vs 21 GB/s
-    # for R = 1; the hardware prefetcher follows one stream per core far better). For M > 1 the
-    # path is compute-bound and R = 2 reuses each x load (8 rows: 9.4 ms -> 7.3 ms for SmolLM2's
-    # 120 projections).
+    # rows side by side measured about half the bandwidth from DRAM (the hardware prefetcher follows
+    # one stream per core far better). For M > 1 the path is compute-bound and R = 2 reuses each x
+    # load.
     comptime R = 1 if MROWS == 1 else 2
     var xsum = scratch[F32](K // QBLOCK)  # block sums of the first x row: the Q4 offset term
     block_sums(x, K // QBLOCK, xsum)
@@ -167,9 +157,8 @@ def _q8_mpairs[MROWS: Int, qtype: StaticString](
     y: Ptr[F32], qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], w: BytePtr, row_bytes: Int, N: Int, K: Int,
     ctx: DeviceContext,
 ) raises:
-    # Int8 x, 3 to 8 rows: two x rows per dot product (row_pair_layout_q8). AMD Zen 3 (AVX2),
-    # 4096 x 4096, 8 rows: Q4_1 4.10 -> 2.41 ms, Q8_0 5.26 -> 3.63 ms; at 2 rows the one-row form with
-    # two accumulator sets was as fast (Q4_1 1.00 vs 0.96 ms) or faster (Q8_0 1.52 vs 1.68 ms).
+    # Int8 x, 3 to 8 rows: two x rows per dot product (row_pair_layout_q8), faster at 8 rows; at 2
+    # rows the one-row form with two accumulator sets was as fast or faster.
     comptime MP = (MROWS + 1) // 2
     var nb = K // QBLOCK
     var qxp = rebind[I8Ptr](scratch[DType.int8](nb * MP * PAIR))

@@ -8,11 +8,10 @@
 #
 # Variant (compile-time XVEC): x is read in 16-value vectors with 16-byte alignment when x's base
 # address allows it (K is a multiple of 32, so every block's slice of a row is then aligned), else
-# element by element. The 2026-12-04 kernel decoded one value at a time, re-reading the block's scale
-# (and for Q4_1 its offset) for each of the 32 values: 118 us for 4096 x 4096 Q4_0 on an H200.
-# H200 (h200-2026-12-04c, grid passed), M=1 K=N=4096: Q4_0 / Q4_1 118 / 116 -> 90 / 88 us, but Q8_0
-# 116 -> 136 us (32 byte loads and 64 live floats per lane). All read at 4-6% of the H200's rate:
-# one lane per 18-34-byte block spreads each warp load over 32 blocks. Next: lanes sharing a block.
+# element by element. Whole blocks per lane replaced one value at a time (which re-read the block's
+# scale for each value); Q8_0 lost with it (32 byte loads and 64 live floats per lane). All formats
+# read far below the GPU's memory rate: one lane per 18-34-byte block spreads each warp load over 32
+# blocks. Next: lanes sharing a block.
 
 from std.sys import size_of
 from max.gpu import WARP_SIZE, block_idx, lane_id, thread_idx

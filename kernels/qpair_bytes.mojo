@@ -4,8 +4,7 @@
 #   - portable (AVX2, AVX-512 without VBMI, NEON): per pair two 16-byte loads joined, an and and a
 #     shift; one scalar load per header.
 #   - NIBBLE_PERM (AVX-512 VBMI + GFNI): per pair one byte permute and one bit-matrix op of a 64-byte
-#     window, and the 4 headers of a group one more permute of the first window. Its measurements
-#     are in qgemv_rows_q8.mojo's header.
+#     window, and the 4 headers of a group one more permute of the first window.
 
 from std.memory import bitcast
 from std.sys import llvm_intrinsic
@@ -13,14 +12,15 @@ from std.sys._assembly import inlined_assembly
 from std.sys.info import CompilationTarget
 
 from .common import BytePtr
+from .cpu_tuning import OPAQUE_PERM
 from .qdot_int8 import PAIR_LANES
 from .quant import block_bytes, header_bytes
 
 
-# AVX-512 VBMI + GFNI (AMD Zen 4/5, Intel Ice Lake and later): a block pair's nibbles in the pair layout
-# [a lo, b lo, a hi, b hi] from one 64-byte load by one vpermb (the two blocks' packed bytes, each
-# twice) and one vgf2p8affineqb (a per-qword bit matrix: x & 0xF on the low 32 bytes, x >> 4 on the
-# high 32). The portable join takes two lane-crossing inserts, an and and a shift per pair.
+# AVX-512 VBMI + GFNI: a block pair's nibbles in the pair layout [a lo, b lo, a hi, b hi] from one
+# 64-byte load by one vpermb (the two blocks' packed bytes, each twice) and one vgf2p8affineqb (a
+# per-qword bit matrix: x & 0xF on the low 32 bytes, x >> 4 on the high 32). The portable join takes
+# two lane-crossing inserts, an and and a shift per pair.
 comptime NIBBLE_PERM = (
     PAIR_LANES == 16 and CompilationTarget._has_feature["avx512vbmi"]() and CompilationTarget._has_feature["gfni"]()
 )
@@ -56,21 +56,11 @@ comptime _NIBBLE_MATRIX = _nibble_matrix()
 
 # LLVM rewrites a vpermb whose constant indices move whole words or dwords into vpermw or vpermd
 # (and a two-source byte or word permute likewise). For Q4_0 (18-byte blocks: every run of bytes starts
-# on an even offset) that is vpermw / vpermt2w: 2 / 3 uops on Intel against one for vpermb / vpermt2b.
-# On Intel, Q4_0's indices are therefore hidden from the optimizer (an empty asm statement, hoisted out
-# of the loops as any pure value), so the byte permutes run. Q4_1's 20-byte blocks give dword
-# permutes, one uop, which measured faster than the byte form there. The Intel Xeon VM ("rocketlake"),
-# profile_qmatmul, 128 x 4096, one core cache-resident, 8 alternating runs, medians, ns per block:
-# Q4_0 act=q8 rows 0.712 -> 0.642, f32 group rows 1.027 -> 0.993; the whole op, both cores, us:
-# act=q8 410 -> 314, act=f32 344 -> 328. In a graph (benchmarks/matmul_ab.py, chains of 8 copies,
-# medians of rounds, us per op): 4096 x 4096 act=q8 279.7 -> 262.8 (faster in 12 of 12; builds
-# swapped: 285.7 -> 266.7, 10 of 10), act=f32 358.5 -> 353.1 (11 of 12); 1536 x 576 act=q8 31.0 ->
-# 30.0 (9 of 10). Q4_1 with the byte form lost (0.637 -> 0.671, 0.982 -> 1.036):
-# it keeps LLVM's choice, as AMD Zen 4 / Zen 5 do for both (their measurements, qgemv_rows_q8.mojo's
-# header, were made with it).
-comptime OPAQUE_PERM = not (CompilationTarget._is_arch["znver4"]() or CompilationTarget._is_arch["znver5"]())
-
-
+# on an even offset) that is vpermw / vpermt2w, which some CPUs run as 2 / 3 uops against one for
+# vpermb / vpermt2b. Where cpu_tuning.OPAQUE_PERM holds, Q4_0's indices are therefore hidden from the
+# optimizer (an empty asm statement, hoisted out of the loops as any pure value), so the byte permutes
+# run. Q4_1's 20-byte blocks give dword permutes, one uop, which measured faster than the byte form:
+# Q4_1 always keeps LLVM's choice.
 def opaque_perm[qtype: StaticString]() -> Bool:
     """Whether qtype's permute indices are hidden from the optimizer: Q4_0 where OPAQUE_PERM."""
     return OPAQUE_PERM and qtype == "q4_0"

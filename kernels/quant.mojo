@@ -45,9 +45,8 @@ def block_scales(blk: BytePtr) -> SIMD[F32, 2]:
     """The block's first two halves as floats: (d, m) for Q4_1 (Q4_0 / Q8_0 read d with block_d).
 
     CPU code only. One 4-byte load and one vector conversion: with two scalar half conversions (as
-    load_f16_as_f32 does) the Q4_1 decode loop took 1.4x as long (768 rows x 576, cache-resident, one
-    core: 18.1 vs 12.9 us), because a scalar half does not convert in one instruction (SmolLM2's decode
-    step, whose weights stream from DRAM, measured the same either way: 5.6 ms). The 4 bytes
+    load_f16_as_f32 does) the Q4_1 decode loop was markedly slower in cache, because a scalar half
+    does not convert in one instruction (from DRAM the same either way). The 4 bytes
     stay inside the block (every header is followed by quant bytes). GPU kernels keep
     load_f16_as_f32: Q4_0 and Q8_0 blocks (18, 34 bytes) leave headers only 2-byte aligned.
     """
@@ -60,11 +59,9 @@ def block_d[W: Int](blk: BytePtr) -> SIMD[F32, W]:
 
     One half broadcast from memory (vpbroadcastw) and one conversion. Lane 0 of block_scales compiles
     to a 2-byte insert (vpinsrw) that merges into whichever register LLVM picks, in the Q4_0 decode row
-    a live accumulator, so each block's scale waited for the previous block's FMA. AMD Zen 5 (AVX-512),
-    one core, cache-resident (benchmarks/profile_qmatmul.mojo, f32 row kernel, 4096 x 128 rows, 3
-    alternating runs): Q4_0 1.60-1.65 -> 0.80-1.02 ns per block, as fast as Q4_1 (whose 4-byte header
-    load merges into nothing). Q8_0's float rows (dot_block), block decoding and the int8 path's scales
-    read d the same way; they were not timed on their own.
+    a live accumulator, so each block's scale waited for the previous block's FMA. With the broadcast
+    the Q4_0 row runs as fast as Q4_1 (whose 4-byte header load merges into nothing). Q8_0's float rows
+    (dot_block), block decoding and the int8 path's scales read d the same way.
     """
     return SIMD[DType.float16, W](blk.unsafe_bitcast[Float16]()[unsafe_offset=0]).cast[F32]()
 

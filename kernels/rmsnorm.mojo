@@ -1,8 +1,8 @@
 # crucible.rmsnorm: y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * w, the Llama norm.
 # crucible.add_rmsnorm: the residual add before it in one op: s = h + delta, y = rmsnorm(s) * w,
 #   both s (the new residual stream) and y returned. A Llama layer adds a branch to the residual stream
-#   right before each norm; as two graph ops that is one more kernel launch per norm, ~2 us each on
-#   the CPU (60 per SmolLM2 decode step), and the sum is written and read back once more.
+#   right before each norm; as two graph ops that is one more kernel launch per norm (two per layer
+#   and decode step), and the sum is written and read back once more.
 #
 # Parameters:
 #   eps  epsilon inside the square root (the model's rms_norm_eps)

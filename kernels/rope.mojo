@@ -40,10 +40,9 @@ def position_of(t: Int, offsets: Ptr[DType.uint32], start: Ptr[DType.uint32], B:
 
 # CPU: the angles' cos and sin are computed once per token as vectors of RW pairs and applied to every
 # head with vector loads; the interleaved layout de-interleaves a head's 2 RW values into the two
-# halves of its pairs. Scalar libm cos/sin per pair cost ~2.5 us per token at D = 128 (crucible.rope
-# at 64 tokens, 32 heads: 110 us, MAX 62 us). head_dim with D / 2 a multiple of RW up to
-# 2 * ROPE_MAX_HALF (64 and 128) take this path; other head dims rotate pair by pair, with cos and
-# sin per pair and head (no model we load has one).
+# halves of its pairs (scalar libm cos/sin per pair made the op slower than MAX's). head_dim with
+# D / 2 a multiple of RW up to 2 * ROPE_MAX_HALF (64 and 128) take this path; other head dims rotate
+# pair by pair, with cos and sin per pair and head (no model we load has one).
 comptime RW = 16
 comptime ROPE_MAX_HALF = 64
 comptime RopeVecs = Array[SIMD[F32, RW], ROPE_MAX_HALF // RW]

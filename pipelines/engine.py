@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from crucible.registry import DEFAULT_MODEL
+from crucible.core.registry import DEFAULT_MODEL
 from graphs.model import CrucibleModel, ModelOptions
 from graphs.runner import ModelRunner
 from pipelines.detokenizer import IncrementalDetokenizer
@@ -98,7 +98,7 @@ class LLMEngine:
     """
 
     def __init__(self, config: EngineConfig, model: CrucibleModel | None = None, tokenizer=None) -> None:
-        from crucible.tokenizer import load_tokenizer
+        from crucible.core.tokenizer import load_tokenizer
 
         self.config = config
         self.model = model or CrucibleModel(config.model, ModelOptions(device=config.device,

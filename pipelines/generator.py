@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from crucible.registry import DEFAULT_MODEL
+from crucible.core.registry import DEFAULT_MODEL
 from pipelines.engine import EngineConfig, LLMEngine
 from pipelines.logprobs import TokenLogprob
 from pipelines.sampling import SamplingParams
@@ -80,7 +80,7 @@ class Generator:
 
     def encode(self, prompt: Prompt, raw: bool = False) -> list[int]:
         """Token ids of a prompt: chat-templated unless raw text continuation is asked for."""
-        from crucible.tokenizer import encode_prompt
+        from crucible.core.tokenizer import encode_prompt
 
         if raw and isinstance(prompt, str):
             return encode_prompt(self.tokenizer, prompt, chat=False)

@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from crucible.tokenizer import encode_prompt
+from crucible.core.tokenizer import encode_prompt
 from pipelines.engine import EngineConfig, LLMEngine
 from pipelines.sampling import SamplingParams
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from crucible.registry import DEFAULT_MODEL
-from crucible.errors import DEBUG_ENV, INTERNAL_ERROR, USER_ERROR, debug, exit_status, one_line
+from crucible.core.registry import DEFAULT_MODEL
+from crucible.core.errors import DEBUG_ENV, INTERNAL_ERROR, USER_ERROR, debug, exit_status, one_line
 from serve.engine_bridge import EngineBridge, EngineDead, QueueFull
 from pipelines.scheduler import DEFAULT_CPU_BATCH
 from serve.metrics import Metrics
@@ -193,7 +193,7 @@ def create_app(config: ServerConfig, load_in_background: bool = True, engine=Non
     async def generate(request: Request, kind: str) -> Response:
         from dataclasses import replace
 
-        from crucible.tokenizer import encode_prompt
+        from crucible.core.tokenizer import encode_prompt
         from pipelines.engine import ContextLengthError
 
         bridge = state.bridge

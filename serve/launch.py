@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from crucible.proc import child_env, free_port
+from crucible.core.proc import child_env, free_port
 
 
 @dataclass(frozen=True)

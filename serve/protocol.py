@@ -82,6 +82,35 @@ def _int(body: dict, name: str, default: int | None, lo: int, hi: int) -> int | 
     return v
 
 
+# OpenAI fields the server does not implement yet. A value that asks for nothing (null, 0, an empty
+# list or map, response_format "text", tool_choice "none") is accepted, since SDKs send such defaults;
+# anything else is a 400 that names the field, never silently ignored.
+_UNIMPLEMENTED = {
+    "tools": lambda v: v in (None, []),
+    "tool_choice": lambda v: v in (None, "none"),
+    "functions": lambda v: v in (None, []),
+    "function_call": lambda v: v in (None, "none"),
+    "response_format": lambda v: v is None or (isinstance(v, dict) and v.get("type") == "text"),
+    "presence_penalty": lambda v: v is None or (_is_plain_number(v) and v == 0),
+    "frequency_penalty": lambda v: v is None or (_is_plain_number(v) and v == 0),
+    "repetition_penalty": lambda v: v is None or (_is_plain_number(v) and v == 1),
+    "min_p": lambda v: v is None or (_is_plain_number(v) and v == 0),
+    "logit_bias": lambda v: v in (None, {}),
+    "best_of": lambda v: v is None or (_is_plain_number(v) and v == 1),
+    "suffix": lambda v: v in (None, ""),
+}
+
+
+def _is_plain_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _refuse_unimplemented(body: dict) -> None:
+    for name, neutral in _UNIMPLEMENTED.items():
+        if name in body and not neutral(body[name]):
+            raise APIError(400, f"'{name}' is not supported by this server yet", param=name, code="unsupported")
+
+
 def _bool(body: dict, name: str, default: bool, param: str | None = None) -> bool:
     v = body.get(name)
     if v is None:
@@ -158,6 +187,7 @@ def parse_request(body: Any, kind: str, max_context: int) -> GenerationRequest:
             raise APIError(400, "'prompt' must be a non-empty string", param="prompt", code="invalid_value")
         if body.get("echo"):
             raise APIError(400, "'echo' is not supported", param="echo", code="unsupported")
+    _refuse_unimplemented(body)
     n = _int(body, "n", 1, 1, 128)
     if n != 1:
         raise APIError(400, "only n=1 is supported", param="n", code="unsupported")

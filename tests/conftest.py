@@ -9,7 +9,7 @@ import pytest
 
 from crucible.reference import Reference
 from graphs.model import CrucibleModel
-from crucible.testing.tiny_models import (
+from tests.support.tiny_models import (
     GGUF_WEIGHT_TYPES,
     TINY_LLAMA,
     TINY_QWEN2,
@@ -99,7 +99,7 @@ def tiny_model(tiny_crucible):
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer(tiny_model):
-    from crucible.tokenizer import load_tokenizer
+    from crucible.core.tokenizer import load_tokenizer
 
     return load_tokenizer(tiny_model.source)
 

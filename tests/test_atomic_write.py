@@ -1,4 +1,4 @@
-"""crucible.atomic_write: a result file is the old one or the whole new one, and no temporary is left."""
+"""crucible.core.atomic_write: a result file is the old one or the whole new one, and no temporary is left."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from crucible.atomic_write import write_text_atomic
+from crucible.core.atomic_write import write_text_atomic
 
 
 def test_writes_and_replaces_without_leaving_a_temporary(tmp_path: Path) -> None:

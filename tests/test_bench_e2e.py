@@ -8,8 +8,8 @@ import pytest
 
 from benchmarks.e2e import E2EConfig, E2EReport, Sample, check_targets, format_report, write_report
 from pipelines.throughput import chat_prompt_of_length
-from crucible.registry import resolve_model
-from crucible.tokenizer import chat_prompt_ids, load_tokenizer
+from crucible.core.registry import resolve_model
+from crucible.core.tokenizer import chat_prompt_ids, load_tokenizer
 
 
 def test_config_rejects_unknown_systems_and_tiny_runs() -> None:

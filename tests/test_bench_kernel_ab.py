@@ -1,4 +1,4 @@
-"""benchmarks/kernel_ab.py (and matmul_ab.py) configuration, statistics and report, without running a model."""
+"""benchmarks/kernel_ab.py configuration, statistics and report, without running a model."""
 
 from __future__ import annotations
 
@@ -45,27 +45,3 @@ def test_report_names_both_builds_and_the_ratio() -> None:
     assert "A /tmp/old/kernels (kernel build aaaa): median 10.00 ms" in text
     assert "B kernels (kernel build bbbb): median 8.50 ms" in text
     assert "B / A step time: 0.850; B faster in 2 of 2 rounds" in text
-
-
-def test_matmul_ab_rejects_empty_shapes_before_loading_anything(capsys: pytest.CaptureFixture[str]) -> None:
-    from benchmarks.matmul_ab import main
-
-    with pytest.raises(SystemExit) as exc:
-        main(["0", "64", "64", "a", "b"])
-    assert exc.value.code == 2
-    assert "must be >= 1" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("argv, message", [
-    (["2", "4096", "64", "a", "b", "--qtype", "q4_0", "--copies", "4"], "chains are decode rows"),
-    (["1", "4096", "64", "a", "b", "--copies", "-1"], "--copies must be >= 0"),
-    (["1", "100", "64", "a", "b", "--qtype", "q4_1"], "multiple of 32"),
-    (["1", "4096", "64", "a", "b", "--act", "q8"], "--act q8 needs"),
-])
-def test_matmul_ab_rejects_bad_qmatmul_runs(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from benchmarks.matmul_ab import main
-
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    assert exc.value.code == 2
-    assert message in capsys.readouterr().err

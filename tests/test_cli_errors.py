@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from crucible import cli
-from crucible.testing.tiny_models import TINY_LLAMA, write_gguf
+from tests.support.tiny_models import TINY_LLAMA, write_gguf
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

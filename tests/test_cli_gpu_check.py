@@ -43,7 +43,7 @@ def test_cpu_runs_never_probe_for_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_opening_a_gpu_device_without_one_is_the_same_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from crucible import devices
+    from crucible.core import devices
 
     monkeypatch.setattr(devices, "gpu_count", lambda: 0)
     with pytest.raises(devices.NoGPUError, match="no accelerator"):

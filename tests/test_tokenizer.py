@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from crucible.registry import ModelSource
-from crucible.tokenizer import cache_dir, chat_prompt_ids, file_key, gguf_tokenizer, load_tokenizer
+from crucible.core.registry import ModelSource
+from crucible.core.tokenizer import cache_dir, chat_prompt_ids, file_key, gguf_tokenizer, load_tokenizer
 
 TEXTS = ["What is the capital of France?", "  leading spaces and\ttabs\nnewlines", "émoji 🙂 and ünïcödé",
          "<|im_start|>user\nhi<|im_end|>", "1234567890 + 0.5 = ?", ""]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from crucible.versions import core_name, cpu_info, describe_cpu
+from crucible.core.versions import core_name, cpu_info, describe_cpu
 
 # Trimmed /proc/cpuinfo of the two AVX-512 hosts this project has run on: both call themselves
 # "AMD EPYC" and report AVX-512 and VNNI; only family / model tell them apart.

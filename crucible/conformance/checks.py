@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crucible.conformance import reference as R
+from crucible.conformance import naive as R
 from crucible.conformance.attention_checks import (
     ATTENTION_CASES, LAYER, LAYERS, PAGE_SIZE, attention_graphs, check_attention, check_qkv_rope_write,
     qkv_rope_write_graph,

@@ -15,7 +15,7 @@ from typing import Literal
 
 import numpy as np
 
-from crucible.kernel_build import kernel_package
+from crucible.core.kernel_build import kernel_package
 
 Target = Literal["cpu", "gpu"]
 
@@ -66,7 +66,7 @@ class Harness:
         from max.engine import InferenceSession
         from max.graph import DeviceRef
 
-        from crucible.devices import max_device
+        from crucible.core.devices import max_device
 
         self.target = target
         self.compile_only = compile_only

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crucible.conformance import reference as R
+from crucible.conformance import naive as R
 from crucible.conformance.harness import CaseResult, Harness, result, round_bf16
 from crucible.conformance.tolerance import dot_bound, error_ratio
 

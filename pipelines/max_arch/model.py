@@ -22,13 +22,9 @@ from max.nn.transformer import ReturnHiddenStates, ReturnLogits
 from max.pipelines.architectures.llama3.model import Llama3Model
 from max.pipelines.lib import CompilationTimer, ModelInputs, ModelOutputs
 
-from crucible.kernel_build import kernel_package
-from crucible.registry import ModelSource
-from graphs.config import load_config
+from crucible.core.registry import ModelSource
 from graphs.cpu_threads import CpuThreadTuner
-from graphs.llama import build_graph
-from graphs.provenance import graph_ops, summary
-from graphs.weights import load_weights
+from graphs.model import compile_decoder
 
 logger = logging.getLogger("max.pipelines")
 
@@ -84,22 +80,16 @@ class CrucibleLlamaModel(Llama3Model):
 
         model = self.pipeline_config.model
         source = model_source(str(model.model_path), list(model.weight_path))
-        cfg = load_config(source)
-        weights = load_weights(source, cfg)
-        kernels = kernel_package()
         with CompilationTimer("crucible model") as timer:
-            graph, registry = build_graph(cfg, weights, self.kv_params, self.device_refs[0], kernels.path,
-                                          logits="last_token")
+            decoder = compile_decoder(source, self.kv_params, self.device_refs[0], session, logits="last_token")
             timer.mark_build_complete()
-            compiled = session.load(graph, weights_registry=registry)
         # On CPU the session maps the registry's numpy arrays instead of copying them: they must
         # live as long as the model (freeing them here crashed the first step).
-        self._weight_arrays = (weights, registry)
-        self.provenance = {**summary(graph_ops(graph)), "kernel_build": kernels.content_hash,
-                           "device": str(self.device_refs[0].device_type).lower()}
+        self._decoder = decoder
+        self.provenance = {**decoder.provenance, "device": str(self.device_refs[0].device_type).lower()}
         self._thread_tuner = CpuThreadTuner(self.provenance["device"] == "cpu")
         logger.info("Crucible decoder from %s: %s", source.path, self.provenance)
-        return compiled
+        return decoder.model
 
 
     def execute(self, model_inputs: ModelInputs) -> ModelOutputs:

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from crucible.registry import resolve_model
-from crucible.testing.tiny_models import TINY_LLAMA, write_gguf, write_hf
+from crucible.core.registry import resolve_model
+from tests.support.tiny_models import TINY_LLAMA, write_gguf, write_hf
 from graphs.config import UnsupportedModelError, load_config
 from graphs.weights import load_weights
 
@@ -59,3 +59,23 @@ def test_unsupported_gguf_tensor_type_is_named(tmp_path) -> None:
     src = resolve_model(tmp_path / "k.gguf")
     with pytest.raises(UnsupportedModelError, match="Q4_K"):
         load_weights(src, load_config(src))
+
+
+def test_gguf_rope_frequency_factors_are_refused_not_ignored(tmp_path) -> None:
+    """Llama 3.1/3.2 GGUFs carry their RoPE scaling as a rope_freqs.weight tensor; running without it
+    would give wrong output at long positions, so the file is refused with a clear error."""
+    import gguf
+
+    src = gguf.GGUFReader(str(write_gguf(TINY_LLAMA, tmp_path / "m.gguf", "F32")))
+    out = tmp_path / "with-freqs.gguf"
+    w = gguf.GGUFWriter(str(out), "llama")
+    for key, f in src.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        w.add_key_value(key, f.contents(), f.types[0], f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None)
+    for t in src.tensors:
+        w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
+    w.add_tensor("rope_freqs.weight", np.ones(TINY_LLAMA.head_dim // 2, dtype=np.float32))
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    with pytest.raises(UnsupportedModelError, match="rope_freqs"):
+        load_config(resolve_model(out))

@@ -17,7 +17,7 @@ def graphs():
     from max.graph import DeviceRef
 
     from benchmarks.kernel_graphs import GraphSet
-    from crucible.kernel_build import kernel_package
+    from crucible.core.kernel_build import kernel_package
 
     return GraphSet(InferenceSession(devices=[CPU()]), DeviceRef.CPU(), kernel_package().path, {})
 

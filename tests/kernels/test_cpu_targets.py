@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from crucible.proc import child_env, find_tool
+from crucible.core.proc import child_env, find_tool
 
 REPO = Path(__file__).resolve().parents[2]
 

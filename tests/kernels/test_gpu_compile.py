@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from crucible.proc import child_env
+from crucible.core.proc import child_env
 
 EXPECTED_GRAPHS = {
     "matmul_float32_tiled_gemv", "matmul_bfloat16_auto_tiled_tensor_core_gemv", "qmatmul_q4_0", "qmatmul_q4_1",

@@ -7,7 +7,7 @@ import pytest
 
 from crucible.conformance.checks import LAYERS, PAGE_SIZE, embedding_graph, qkv_rope_write_graph, qmatmul_graph
 from crucible.conformance.harness import Harness
-from crucible.conformance.reference import quantize
+from crucible.conformance.naive import quantize
 
 
 def test_qmatmul_rejects_a_byte_width_that_is_not_whole_blocks(cpu_harness: Harness) -> None:

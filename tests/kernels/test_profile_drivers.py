@@ -6,7 +6,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from crucible.proc import child_env, find_tool
+from crucible.core.proc import child_env, find_tool
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -16,7 +16,7 @@ def _build(name: str, tmp_path: Path) -> Path:
     assert mojo, "the mojo compiler is part of the test environment (modular==26.7.0)"
     exe = tmp_path / name
     # child_env: once an earlier test has imported MAX's pipelines, the `mojo` launcher needs the
-    # environment without MAX's interpreter overrides (crucible/proc.py).
+    # environment without MAX's interpreter overrides (crucible/core/proc.py).
     build = subprocess.run([mojo, "build", "-I", str(REPO), "-O3", str(REPO / f"benchmarks/{name}.mojo"),
                             "-o", str(exe)], cwd=REPO, capture_output=True, text=True, env=child_env())
     assert build.returncode == 0, build.stderr[-4000:]

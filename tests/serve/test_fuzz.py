@@ -29,7 +29,8 @@ JUNK = st.recursive(st.none() | st.booleans() | NUMBER | TEXT,
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
                     max_leaves=8)
 FIELDS = ["temperature", "top_p", "top_k", "seed", "max_tokens", "max_completion_tokens", "n", "stop", "stream",
-          "stream_options", "logprobs", "top_logprobs", "ignore_eos", "echo", "user", "messages", "prompt", "model"]
+          "stream_options", "logprobs", "top_logprobs", "ignore_eos", "echo", "user", "messages", "prompt", "model",
+          "tools", "response_format", "presence_penalty", "logit_bias"]
 CONTENT = st.one_of(TEXT, JUNK, st.lists(st.one_of(
     st.fixed_dictionaries({"type": st.just("text"), "text": TEXT}),
     st.fixed_dictionaries({"type": st.sampled_from(["image_url", "text", "audio", ""]), "text": JUNK})), max_size=3))

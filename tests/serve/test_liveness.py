@@ -48,7 +48,7 @@ def test_a_dead_engine_thread_is_reported_and_stops_the_server(make_engine, monk
 def test_run_server_exits_with_the_failure_status(monkeypatch, capsys: pytest.CaptureFixture[str]) -> None:
     from fastapi import FastAPI
 
-    from crucible.proc import free_port
+    from crucible.core.proc import free_port
     from serve import server
     from serve.app import ServerState
 
@@ -75,7 +75,7 @@ def test_an_unloadable_model_stops_serve_with_one_line(tiny_models, tmp_path) ->
     import subprocess
     import sys
 
-    from crucible.proc import child_env, free_port
+    from crucible.core.proc import child_env, free_port
 
     data = tiny_models["llama"].gguf["Q4_0"].read_bytes()
     cut = tmp_path / "cut.gguf"

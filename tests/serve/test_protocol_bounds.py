@@ -74,3 +74,24 @@ def test_booleans_must_be_booleans(field: str, value: object) -> None:
     with pytest.raises(APIError) as err:
         parse_request({**CHAT, field: value}, "chat", CTX)
     assert err.value.status == 400
+
+
+@pytest.mark.parametrize("field,asks,neutral", [
+    ("tools", [{"type": "function", "function": {"name": "f"}}], []),
+    ("tool_choice", "auto", "none"),
+    ("response_format", {"type": "json_object"}, {"type": "text"}),
+    ("presence_penalty", 0.5, 0),
+    ("frequency_penalty", 2.0, 0.0),
+    ("repetition_penalty", 1.2, 1),
+    ("min_p", 0.1, 0),
+    ("logit_bias", {"42": 5}, {}),
+    ("best_of", 2, 1),
+])
+def test_unimplemented_fields_are_refused_unless_neutral(field: str, asks: object, neutral: object) -> None:
+    """No silently ignored input: a field the server does not implement is a 400 that names it, unless
+    its value asks for nothing (as SDKs send by default)."""
+    parse_request({**CHAT, field: neutral}, "chat", CTX)
+    parse_request({**CHAT, field: None}, "chat", CTX)
+    with pytest.raises(APIError) as err:
+        parse_request({**CHAT, field: asks}, "chat", CTX)
+    assert err.value.status == 400 and err.value.param == field and err.value.code == "unsupported"

@@ -1,0 +1,101 @@
+"""Tokenizer and chat template of a model, from its Hugging Face folder or from its GGUF file.
+
+A GGUF file's tokenizer is built from its metadata (`tokenizer.ggml.*`, `tokenizer.chat_template`) by
+transformers' own GGUF path, which otherwise insists on torch; the base install has no torch. The
+converted tokenizer is cached on disk, keyed by the file's path, size and mtime, since a 49k-token
+vocabulary takes seconds to convert.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from crucible.core.registry import ModelSource
+
+Message = dict[str, str]
+
+
+def cache_dir() -> Path:
+    """Crucible's on-disk cache: $CRUCIBLE_CACHE_DIR or ~/.cache/crucible."""
+    return Path(os.environ.get("CRUCIBLE_CACHE_DIR", Path.home() / ".cache" / "crucible"))
+
+
+def file_key(path: Path) -> str:
+    """A cache key for a file's current content: its resolved path, size and mtime."""
+    st = path.stat()
+    return hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
+
+
+def load_tokenizer(source: ModelSource):
+    """A transformers tokenizer for the model (cached conversion for GGUF files)."""
+    from transformers import AutoTokenizer
+
+    if source.format == "hf":
+        return AutoTokenizer.from_pretrained(source.path)
+    key = file_key(source.path)
+    cached = cache_dir() / "tokenizers" / key
+    if (cached / "tokenizer_config.json").is_file():
+        return AutoTokenizer.from_pretrained(cached)
+    tok = gguf_tokenizer(source.path)
+    tmp = cached.with_name(key + f".tmp{os.getpid()}")
+    tok.save_pretrained(tmp)
+    try:
+        tmp.rename(cached)
+    except OSError:  # another process cached it first
+        pass
+    return tok
+
+
+def gguf_tokenizer(path: Path):
+    """Builds the tokenizer of a GGUF file from its metadata, as transformers does, without torch.
+
+    `AutoTokenizer.from_pretrained(gguf_file=...)` reads the file with `load_gguf_checkpoint`, which
+    refuses to run without torch although only its tensor path (not taken for a tokenizer) uses it.
+    The gate is opened for this call alone, so the tokenizer class, special tokens and chat template
+    are exactly transformers' (tests/test_newcomer.py compares a torch-free environment's token ids
+    with the test environment's).
+
+    Args:
+        path: The .gguf file.
+
+    Returns:
+        The transformers tokenizer with the file's vocabulary, special tokens and chat template.
+    """
+    from unittest import mock
+
+    import gguf
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    from transformers import AutoTokenizer
+
+    if "tokenizer.ggml.tokens" not in gguf.GGUFReader(str(path)).fields:
+        from crucible.core.errors import UnsupportedModelError
+
+        raise UnsupportedModelError(f"{path} has no tokenizer in its metadata (tokenizer.ggml.tokens)")
+    with mock.patch.object(gguf_utils, "is_torch_available", lambda: True):
+        return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+
+
+def chat_prompt_ids(tokenizer, messages: Sequence[Message]) -> list[int]:
+    """Applies the model's chat template with the generation prompt and tokenizes."""
+    text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def encode_prompt(tokenizer, prompt: str | Sequence[Message], chat: bool = True) -> list[int]:
+    """The token ids of a prompt, the one encoding that serve, batch, Generator and the CLI share.
+
+    Args:
+        tokenizer: The model's tokenizer.
+        prompt: Chat messages, or a string (one user message when `chat`, else raw text).
+        chat: Apply the chat template; False continues a raw string as it is.
+
+    Returns:
+        The prompt's token ids.
+    """
+    if isinstance(prompt, str) and not chat:
+        return list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    return chat_prompt_ids(tokenizer, messages)

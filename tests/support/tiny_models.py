@@ -1,0 +1,342 @@
+"""Tiny random-weight Llama-family models, written as Hugging Face folders and as GGUF files.
+
+Tests generate these once per session; they are deterministic (seeded numpy) and small enough that the
+transformers reference and our graphs run them in milliseconds, yet shaped like real models: GQA,
+head_dim 64, K and N that are multiples of the GGUF block size (32) but not of larger tiles, and an odd
+vocabulary size.
+
+Two variants:
+- ``TINY_LLAMA``: Llama (untied lm_head, GQA 3, no biases).
+- ``TINY_QWEN2``: Qwen2 (q/k/v biases, tied embeddings, GQA 2).
+
+GGUF files follow llama.cpp's converter: for the ``llama`` architecture the q/k projection rows are
+permuted to the interleaved rotary layout (transformers undoes it on load; our graphs use interleaved
+rope on GGUF Llama weights instead); ``qwen2`` keeps the half-split layout.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from tests.support.tiny_tokenizer import (
+    BOS_TOKEN,
+    CHAT_TEMPLATE,
+    EOS_TOKEN,
+    SPECIAL_TOKENS,
+    TinyTokenizerSpec,
+    build_tokenizer,
+    merges_of,
+    vocab_in_id_order,
+)
+
+Arch = Literal["llama", "qwen2"]
+# GGUF tensor types the writer produces for 2-D weights; norms and biases are always F32.
+GGUF_WEIGHT_TYPES = ("F32", "F16", "Q8_0", "Q4_0", "Q4_1")
+# Types write_gguf can also write (gguf-py quantizes them) that Crucible does not load yet: tests of the error.
+GGUF_UNSUPPORTED_TYPES = ("Q5_0", "Q5_1")
+GGUF_BLOCK = 32
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    """Shape and seed of a tiny model.
+
+    Attributes:
+        arch: ``"llama"`` or ``"qwen2"``.
+        vocab_size: Tokenizer and embedding rows (odd on purpose: not a tile multiple).
+        hidden_size: Model width; a multiple of 32 so GGUF blocks tile every row.
+        intermediate_size: MLP width; a multiple of 32.
+        num_layers: Decoder layers.
+        num_heads: Query heads.
+        num_kv_heads: Key/value heads (GQA when fewer than num_heads).
+        rope_theta: Rotary base.
+        rms_norm_eps: RMSNorm epsilon.
+        max_position_embeddings: Context length.
+        tie_word_embeddings: lm_head shares the embedding matrix.
+        qkv_bias: q/k/v projections have biases (Qwen2).
+        seed: numpy seed for the weights.
+    """
+
+    arch: Arch
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    rope_theta: float
+    rms_norm_eps: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    qkv_bias: bool
+    seed: int
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.num_heads:
+            raise ValueError("hidden_size must be a multiple of num_heads")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError("num_heads must be a multiple of num_kv_heads")
+        for name in ("hidden_size", "intermediate_size"):
+            if getattr(self, name) % GGUF_BLOCK:
+                raise ValueError(f"{name} must be a multiple of {GGUF_BLOCK} for GGUF block formats")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def name(self) -> str:
+        return f"tiny-{self.arch}"
+
+
+TINY_LLAMA = TinyModelSpec(
+    arch="llama", vocab_size=397, hidden_size=192, intermediate_size=416, num_layers=2,
+    num_heads=3, num_kv_heads=1, rope_theta=10000.0, rms_norm_eps=1e-5,
+    max_position_embeddings=1024, tie_word_embeddings=False, qkv_bias=False, seed=1234,
+)
+TINY_QWEN2 = TinyModelSpec(
+    arch="qwen2", vocab_size=411, hidden_size=256, intermediate_size=544, num_layers=2,
+    num_heads=4, num_kv_heads=2, rope_theta=1000000.0, rms_norm_eps=1e-6,
+    max_position_embeddings=1024, tie_word_embeddings=True, qkv_bias=True, seed=4321,
+)
+
+
+def make_weights(spec: TinyModelSpec) -> dict[str, np.ndarray]:
+    """Draws the model's weights, keyed by Hugging Face tensor name.
+
+    Linear weights are scaled by 1/sqrt(fan_in) so activations stay O(1) through the layers and logits
+    have clear top-1 margins (the parity tests compare argmaxes).
+
+    Args:
+        spec: The tiny model's shape and seed.
+
+    Returns:
+        float32 arrays; linear weights in the nn.Linear layout [out_features, in_features].
+    """
+    rng = np.random.default_rng(spec.seed)
+    h, i, hd = spec.hidden_size, spec.intermediate_size, spec.head_dim
+    q_out, kv_out = spec.num_heads * hd, spec.num_kv_heads * hd
+
+    def linear(n_out: int, n_in: int) -> np.ndarray:
+        return (rng.standard_normal((n_out, n_in)) / np.sqrt(n_in)).astype(np.float32)
+
+    def norm(n: int) -> np.ndarray:
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    w: dict[str, np.ndarray] = {
+        "model.embed_tokens.weight": rng.standard_normal((spec.vocab_size, h)).astype(np.float32),
+    }
+    for layer in range(spec.num_layers):
+        p = f"model.layers.{layer}."
+        w[p + "input_layernorm.weight"] = norm(h)
+        w[p + "self_attn.q_proj.weight"] = linear(q_out, h)
+        w[p + "self_attn.k_proj.weight"] = linear(kv_out, h)
+        w[p + "self_attn.v_proj.weight"] = linear(kv_out, h)
+        if spec.qkv_bias:
+            w[p + "self_attn.q_proj.bias"] = (0.1 * rng.standard_normal(q_out)).astype(np.float32)
+            w[p + "self_attn.k_proj.bias"] = (0.1 * rng.standard_normal(kv_out)).astype(np.float32)
+            w[p + "self_attn.v_proj.bias"] = (0.1 * rng.standard_normal(kv_out)).astype(np.float32)
+        w[p + "self_attn.o_proj.weight"] = linear(h, q_out)
+        w[p + "post_attention_layernorm.weight"] = norm(h)
+        w[p + "mlp.gate_proj.weight"] = linear(i, h)
+        w[p + "mlp.up_proj.weight"] = linear(i, h)
+        w[p + "mlp.down_proj.weight"] = linear(h, i)
+    w["model.norm.weight"] = norm(h)
+    if not spec.tie_word_embeddings:
+        w["lm_head.weight"] = linear(spec.vocab_size, h)
+    return w
+
+
+def _hf_config(spec: TinyModelSpec) -> dict:
+    common = {
+        "vocab_size": spec.vocab_size,
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
+        "num_hidden_layers": spec.num_layers,
+        "num_attention_heads": spec.num_heads,
+        "num_key_value_heads": spec.num_kv_heads,
+        "head_dim": spec.head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": spec.max_position_embeddings,
+        "rms_norm_eps": spec.rms_norm_eps,
+        "rope_theta": spec.rope_theta,
+        "tie_word_embeddings": spec.tie_word_embeddings,
+        "bos_token_id": SPECIAL_TOKENS.index(BOS_TOKEN),
+        "eos_token_id": SPECIAL_TOKENS.index(EOS_TOKEN),
+        "torch_dtype": "float32",
+    }
+    if spec.arch == "llama":
+        return {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                "attention_bias": False, "mlp_bias": False, **common}
+    return {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "use_sliding_window": False,
+            **common}
+
+
+def quantize_roundtrip(weights: dict[str, np.ndarray], weight_type: str) -> dict[str, np.ndarray]:
+    """Returns the weights as a GGUF file of ``weight_type`` holds them, decoded back to float32.
+
+    Uses the ``gguf`` package's reference quantizer and dequantizer on the same tensors ``write_gguf``
+    quantizes (2-D weights), so an HF folder written from the result is the float twin of that GGUF file.
+    """
+    import gguf
+
+    if weight_type not in GGUF_WEIGHT_TYPES + GGUF_UNSUPPORTED_TYPES:
+        raise ValueError(f"weight_type must be one of {GGUF_WEIGHT_TYPES + GGUF_UNSUPPORTED_TYPES}, "
+                         f"got {weight_type!r}")
+    out = {}
+    for name, w in weights.items():
+        if w.ndim == 1 or weight_type == "F32":
+            out[name] = w
+        elif weight_type == "F16":
+            out[name] = w.astype(np.float16).astype(np.float32)
+        else:
+            qtype = gguf.GGMLQuantizationType[weight_type]
+            out[name] = gguf.quants.dequantize(gguf.quants.quantize(w, qtype), qtype).astype(np.float32)
+    return out
+
+
+def write_hf(
+    spec: TinyModelSpec,
+    folder: Path,
+    dtype: Literal["float32", "bfloat16"] = "float32",
+    weights: dict[str, np.ndarray] | None = None,
+) -> Path:
+    """Writes the model as a Hugging Face folder (config, safetensors, tokenizer, chat template).
+
+    Args:
+        spec: The tiny model.
+        folder: Destination folder (created).
+        dtype: Storage dtype of the safetensors weights.
+        weights: Weights to write instead of ``make_weights(spec)`` (e.g. a quantization round trip).
+
+    Returns:
+        The folder.
+    """
+    from safetensors.numpy import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    weights = make_weights(spec) if weights is None else weights
+    if dtype == "bfloat16":
+        # numpy has no bfloat16; torch (a test dependency, like this module's users) writes it.
+        import torch
+        from safetensors.torch import save_file as save_torch
+
+        tensors = {k: torch.from_numpy(v).to(torch.bfloat16) for k, v in weights.items()}
+        save_torch(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    else:
+        save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    config = _hf_config(spec)
+    config["torch_dtype"] = dtype
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    (folder / "generation_config.json").write_text(json.dumps({
+        "bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"],
+    }, indent=2))
+
+    tok = build_tokenizer(TinyTokenizerSpec(spec.vocab_size))
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": BOS_TOKEN,
+        "eos_token": EOS_TOKEN,
+        "pad_token": EOS_TOKEN,
+        "unk_token": None,
+        "add_bos_token": False,
+        "chat_template": CHAT_TEMPLATE,
+        "model_max_length": spec.max_position_embeddings,
+    }, indent=2))
+    return folder
+
+
+def _permute_for_gguf_llama(w: np.ndarray, n_heads: int) -> np.ndarray:
+    # llama.cpp's convert_hf_to_gguf `permute`: half-split rotary rows -> interleaved pairs.
+    return (w.reshape(n_heads, 2, w.shape[0] // n_heads // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def _gguf_name(hf_name: str) -> str:
+    if hf_name == "model.embed_tokens.weight":
+        return "token_embd.weight"
+    if hf_name == "model.norm.weight":
+        return "output_norm.weight"
+    if hf_name == "lm_head.weight":
+        return "output.weight"
+    parts = hf_name.split(".")  # model.layers.{i}.{module...}.{weight|bias}
+    layer, module, suffix = parts[2], ".".join(parts[3:-1]), parts[-1]
+    table = {
+        "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+        "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+        "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+        "mlp.down_proj": "ffn_down",
+    }
+    return f"blk.{layer}.{table[module]}.{suffix}"
+
+
+def write_gguf(spec: TinyModelSpec, path: Path, weight_type: str = "F32") -> Path:
+    """Writes the model as a GGUF file with its 2-D weights in ``weight_type``.
+
+    Args:
+        spec: The tiny model.
+        path: Destination ``.gguf`` file.
+        weight_type: One of ``GGUF_WEIGHT_TYPES`` (or ``GGUF_UNSUPPORTED_TYPES``); applies to every 2-D
+            weight (embedding and lm_head included, as llama.cpp does); norms and biases stay F32.
+
+    Returns:
+        The path.
+    """
+    import gguf
+
+    if weight_type not in GGUF_WEIGHT_TYPES + GGUF_UNSUPPORTED_TYPES:
+        raise ValueError(f"weight_type must be one of {GGUF_WEIGHT_TYPES + GGUF_UNSUPPORTED_TYPES}, "
+                         f"got {weight_type!r}")
+    qtype = gguf.GGMLQuantizationType[weight_type]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".gguf.tmp")
+    writer = gguf.GGUFWriter(str(tmp), spec.arch)
+    writer.add_name(spec.name)
+    writer.add_context_length(spec.max_position_embeddings)
+    writer.add_embedding_length(spec.hidden_size)
+    writer.add_block_count(spec.num_layers)
+    writer.add_feed_forward_length(spec.intermediate_size)
+    writer.add_head_count(spec.num_heads)
+    writer.add_head_count_kv(spec.num_kv_heads)
+    writer.add_rope_dimension_count(spec.head_dim)
+    writer.add_rope_freq_base(spec.rope_theta)
+    writer.add_layer_norm_rms_eps(spec.rms_norm_eps)
+    writer.add_vocab_size(spec.vocab_size)
+    writer.add_file_type({"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9}[weight_type])
+
+    tok = build_tokenizer(TinyTokenizerSpec(spec.vocab_size))
+    tokens = vocab_in_id_order(tok)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types([3 if t in SPECIAL_TOKENS else 1 for t in tokens])  # 3 = control token
+    writer.add_token_merges(merges_of(tok))
+    writer.add_bos_token_id(SPECIAL_TOKENS.index(BOS_TOKEN))
+    writer.add_eos_token_id(SPECIAL_TOKENS.index(EOS_TOKEN))
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(CHAT_TEMPLATE)
+
+    for hf_name, w in make_weights(spec).items():
+        if spec.arch == "llama" and hf_name.endswith(("q_proj.weight", "k_proj.weight")):
+            heads = spec.num_heads if "q_proj" in hf_name else spec.num_kv_heads
+            w = _permute_for_gguf_llama(w, heads)
+        name = _gguf_name(hf_name)
+        if w.ndim == 1 or weight_type == "F32":
+            writer.add_tensor(name, w.astype(np.float32))
+        elif weight_type == "F16":
+            writer.add_tensor(name, w.astype(np.float16))
+        else:
+            writer.add_tensor(name, gguf.quants.quantize(w, qtype), raw_dtype=qtype)
+
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.replace(path)  # atomic: a killed writer never leaves a half file under the final name
+    return path
