@@ -1,25 +1,14 @@
 """``crucible bench kernels``: every op at real model shapes, side by side with MAX's built-ins and numpy.
 
-Shapes are those of SmolLM2-135M (hidden 576, intermediate 1536, 9/3 heads, vocab 49152) and of
-Llama-3-8B (4096, 14336, 32/8 heads) for M (tokens) in {1, 8, 64, 512}. Every row times the systems
-interleaved in one process (benchmarks/timing.py) and reports medians, GFLOP/s, GB/s and ratios.
-A plain read-bandwidth probe on a buffer 8x the last-level cache runs in the same process: the
-ceiling for the memory-bound rows. The rows with a bandwidth target also time the probe interleaved
-with their own systems (Row.ceiling_gbps), because a shared machine's read rate moves from moment to
-moment; targets are judged against the best read rate of the whole run (probes and the
-fp32 weight streams), see kernel_targets._ceiling. The speed targets of the kernel issue are
-checked at the end.
-
-Times are per graph execution and include MAX's fixed per-execute cost (the same for every system,
-printed as exec_overhead_us). Because that cost exceeds a small decode op (576 x 1536 in Q4 is 0.5 MB)
-and is a visible part of a large one (4096 x 4096 in Q4 is 9.4 MB, which may fit in the L3), both
-decode target shapes also get "chain" rows: one graph running the op in sequence on distinct weight copies
-totalling 64 MB (beyond the L3), as a model's layers do, reporting time / copies for every system.
-Inside a graph each op still pays a dispatch, and a parallel CPU op the runtime's hand-off to the
-cores; KernelBench.op_overhead measures both in the same run (printed with the probe), and the chain
-bandwidth targets state the fraction they leave attainable, and the fraction the kernel reaches with
-its weights in cache: below the target, no memory tuning can meet it (benchmarks/kernel_targets.py).
-The table, JSON and plot are benchmarks/kernel_report.py.
+Shapes are those of SmolLM2-135M and of Llama-3-8B for M (tokens) in {1, 8, 64, 512}. Every row times
+the systems interleaved in one process (benchmarks/timing.py) and reports medians, GFLOP/s, GB/s and
+ratios. A read-bandwidth probe on a buffer 8x the last-level cache, also timed beside the rows with a
+bandwidth target (a shared machine's read rate moves), gives the ceiling of the memory-bound rows
+(kernel_targets._ceiling). Times are per graph execution and include MAX's fixed per-execute cost, so
+the decode target shapes also get "chain" rows: one graph running the op on distinct weight copies
+totalling 64 MB, as a model's layers do. KernelBench.op_overhead measures the per-op dispatch and
+hand-off in the same run, and each chain target states the fraction those leave attainable and the
+fraction reached with the weights in cache (docs/benchmarks.md). The report is kernel_report.py.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@
 #       without the DRAM reads that dominate the whole op;
 #     - all keys in turn: the windows of `cached_keys` + 1 keys one after another, from DRAM when
 #       their K/V exceed the caches (32 MB at 4096 keys and 8 heads): compute and reads on one core
-#       (on a Zen 3 host 115-145 ns against 51-74 in cache: the reads and the compute took turns).
+#       (where this is much slower than the cache-resident case, the reads and the compute take turns).
 #     The head counts stay runtime values, as the op gets them: a scratch build with them as
 #     constants compiled the score loop differently (it hoisted and spilled the key vectors) and
 #     made a variant look 11% faster that measured the same here.

@@ -1,10 +1,10 @@
 """Compiles a conformance grid's graphs in parallel worker processes, into MAX's graph cache.
 
-Compiling costs about the same for every graph, whatever it holds (15-20 s for a graph of one op in
-virtual sm_90a mode here, 15-25 s on an H200; the grid has 19 graphs), and one process compiles one
-graph at a time: threads do not help (two graphs in two threads of one process took as long as in
-a row, measured here). Separate processes do, and MAX's graph cache carries their work over: a
-process that compiles a graph another process already compiled loads it from the cache in ~2 s.
+Compiling costs about the same for every graph, whatever it holds (seconds to tens of seconds for a
+graph of one op), and one process compiles one graph at a time: threads do not help (two graphs in
+two threads of one process took as long as in a row). Separate processes do, and MAX's graph cache
+carries their work over: a process that compiles a graph another process already compiled loads it
+from the cache in seconds.
 
 So `precompile` asks a harness which graphs its grid builds (without building them), compiles them
 in `jobs` spawned workers, and the grid's own run then loads each from the cache. The workers
