@@ -323,10 +323,19 @@ def create_app(config: ServerConfig, load_in_background: bool = True, engine=Non
         except APIError as err:
             return error_response(err)
 
+    def model_object() -> dict:
+        return {"id": state.model_name, "object": "model", "created": int(state.started), "owned_by": "crucible"}
+
     @app.get("/v1/models")
     async def models() -> Response:
-        return JSONResponse({"object": "list", "data": [
-            {"id": state.model_name, "object": "model", "created": int(state.started), "owned_by": "crucible"}]})
+        return JSONResponse({"object": "list", "data": [model_object()]})
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str) -> Response:
+        if model_id not in (state.model_name, config.model):
+            return error_response(APIError(404, f"the model '{model_id}' does not exist; this server serves "
+                                                f"'{state.model_name}'", param="model", code="model_not_found"))
+        return JSONResponse(model_object())
 
     @app.get("/health")
     async def health() -> Response:

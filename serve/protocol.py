@@ -15,7 +15,7 @@ from typing import Any
 from pipelines.logprobs import TokenLogprob
 from pipelines.sampling import DEFAULT_MAX_TOKENS, SEED_MAX, SEED_MIN, SamplingError, SamplingParams
 
-ROLES = ("system", "user", "assistant", "tool")
+ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 class APIError(Exception):
@@ -177,7 +177,8 @@ def parse_request(body: Any, kind: str, max_context: int) -> GenerationRequest:
                 content = "".join(p["text"] for p in content)
             if not isinstance(content, str):
                 raise _type_error(f"messages[{i}].content", "a string")
-            clean.append({"role": role, "content": content})
+            # OpenAI's newer name for system instructions; chat templates know only "system".
+            clean.append({"role": "system" if role == "developer" else role, "content": content})
         messages = clean
     else:
         prompt = body.get("prompt")

@@ -86,3 +86,14 @@ def test_an_unloadable_model_stops_serve_with_one_line(tiny_models, tmp_path) ->
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"crucible serve: error: cannot load model '{cut}'") and "Traceback" not in proc.stderr
+
+
+def test_one_model_route(make_engine) -> None:
+    engine = make_engine(max_batch_size=4)
+    app, _ = _app(engine)
+    name = engine.model.source.path.name
+    with TestClient(app) as client:
+        r = client.get(f"/v1/models/{name}")
+        assert r.status_code == 200 and r.json()["id"] == name and r.json()["object"] == "model"
+        missing = client.get("/v1/models/gpt-4o")
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"

@@ -95,3 +95,9 @@ def test_unimplemented_fields_are_refused_unless_neutral(field: str, asks: objec
     with pytest.raises(APIError) as err:
         parse_request({**CHAT, field: asks}, "chat", CTX)
     assert err.value.status == 400 and err.value.param == field and err.value.code == "unsupported"
+
+
+def test_the_developer_role_is_a_system_message() -> None:
+    req = parse_request({**CHAT, "messages": [{"role": "developer", "content": "Be brief."},
+                                              {"role": "user", "content": "hi"}]}, "chat", CTX)
+    assert req.messages[0] == {"role": "system", "content": "Be brief."}
