@@ -63,6 +63,7 @@ class ModelRunner:
         self.max_batch_size = max_batch_size
         self.kv = PagedKVCacheManager(params=model.kv_params, session=model.session, total_num_pages=total_pages,
                                       max_batch_size=max_batch_size)
+        self._pages_total = int(self.kv.block_count().total)  # fixed for the cache's life: read once
         self.execute_seconds: list[float] = []  # graph time of each execute (the rest of a step is host work)
         self.record_times = False
 
@@ -150,7 +151,7 @@ class ModelRunner:
         return self.model.options.page_size
 
     def pages_total(self) -> int:
-        return self.kv.block_count().total
+        return self._pages_total
 
     def pages_used(self) -> int:
         """Pages MAX's cache manager reports in use (0 when no sequence holds any)."""

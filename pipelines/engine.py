@@ -111,7 +111,7 @@ class LLMEngine:
             max_batch_size=config.max_batch_size, max_step_tokens=config.max_step_tokens,
             total_pages=self.runner.pages_total(), page_size=self.runner.page_size, max_seq_len=max_seq))
         self._lock = threading.Lock()
-        self._load = EngineLoad(pages_total=self.runner.pages_total())
+        self._load = EngineLoad(pages_total=self.runner.pages_total())  # until the first step publishes
         self._pending: list[Request] = []
         self._aborts: set[str] = set()
         self._live: dict[str, _Live] = {}

@@ -24,7 +24,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from crucible.core.registry import DEFAULT_MODEL
-from crucible.core.errors import DEBUG_ENV, INTERNAL_ERROR, USER_ERROR, debug, exit_status, one_line
+from crucible.core.errors import INTERNAL_ERROR, debug, debug_hint, exit_status, one_line
 from serve.engine_bridge import EngineBridge, EngineDead, QueueFull
 from pipelines.scheduler import DEFAULT_CPU_BATCH
 from serve.metrics import Metrics
@@ -122,8 +122,8 @@ def _load(state: ServerState, engine=None) -> None:
         if debug():
             traceback.print_exception(exc)
         state.load_error = f"{type(exc).__name__}: {one_line(exc)}"
-        hint = "" if exit_status(exc) == USER_ERROR else f" ({DEBUG_ENV}=1 shows the traceback)"
-        state.stop_with(exit_status(exc), f"cannot load model '{state.config.model}': {state.load_error}{hint}")
+        status = exit_status(exc)
+        state.stop_with(status, f"cannot load model '{state.config.model}': {state.load_error}{debug_hint(status)}")
 
 
 def create_app(config: ServerConfig, load_in_background: bool = True, engine=None) -> FastAPI:

@@ -40,6 +40,11 @@ def one_line(exc: BaseException) -> str:
     return lines[0] + (" ..." if len(lines) > 1 else "")
 
 
+def debug_hint(status: int) -> str:
+    """What a non-user error's line ends with: a pointer to CRUCIBLE_DEBUG ("" where it would not help)."""
+    return "" if status == USER_ERROR or debug() else f" ({DEBUG_ENV}=1 shows the traceback)"
+
+
 def report(prog: str, exc: BaseException, what: str = "") -> int:
     """Prints `prog: error: [what: ]message` (plus the traceback under CRUCIBLE_DEBUG) to stderr.
 
@@ -54,8 +59,7 @@ def report(prog: str, exc: BaseException, what: str = "") -> int:
     status = exit_status(exc)
     if debug():
         traceback.print_exception(exc, file=sys.stderr)
-    hint = "" if status == USER_ERROR or debug() else f" ({DEBUG_ENV}=1 shows the traceback)"
     kind = "" if status == USER_ERROR else f"{type(exc).__name__}: "
     prefix = f"{what}: " if what else ""
-    print(f"{prog}: error: {prefix}{kind}{one_line(exc)}{hint}", file=sys.stderr, flush=True)
+    print(f"{prog}: error: {prefix}{kind}{one_line(exc)}{debug_hint(status)}", file=sys.stderr, flush=True)
     return status
