@@ -92,7 +92,9 @@ def run_system(system: str, cfg: ServeCompareConfig, source, log_dir: Path, log=
     if system == "crucible":
         from serve.launch import start_server, stop_server
 
-        server = start_server(str(source.path), "--max-batch-size", str(top), "--max-queue", str(4 * top))
+        # Prefix caching off, as for max serve below: every system computes every prompt.
+        server = start_server(str(source.path), "--max-batch-size", str(top), "--max-queue", str(4 * top),
+                              "--no-prefix-caching")
         try:
             # Generation responses carry the kernel build header (/v1/models does not).
             served = _served_id(server.base_url)

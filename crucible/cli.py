@@ -99,7 +99,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = ServerConfig(model=args.model, served_name=args.served_model_name, device=args.devices,
                           activations=args.activations,
                           max_batch_size=args.max_batch_size, max_in_flight=args.max_queue,
-                          max_body_bytes=args.max_body_bytes, api_key=args.api_key, kv_cache_gib=args.kv_cache_gib)
+                          max_body_bytes=args.max_body_bytes, api_key=args.api_key, kv_cache_gib=args.kv_cache_gib,
+                          prefix_caching=args.prefix_caching)
     print(f"[crucible] serving {args.model} on http://{args.host}:{args.port} (loading; GET /health)", file=sys.stderr)
     return run_server(config, host=args.host, port=args.port)
 
@@ -227,6 +228,28 @@ def cmd_bench_threads(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_api(args: argparse.Namespace) -> int:
+    """Cost of structured output and penalties per decode step, and time to first token with prefix caching."""
+    import json
+    from pathlib import Path
+
+    from benchmarks.api_features import ApiBenchConfig, format_summary, run_api_bench
+    from crucible.core.atomic_write import write_text_atomic
+    from crucible.core.versions import version_matrix
+
+    cfg = ApiBenchConfig(model=args.model, steps=args.steps, rounds=args.rounds,
+                         streams=tuple(int(s) for s in args.streams.split(",")))
+    result = run_api_bench(cfg, log=lambda msg: print(msg, flush=True))
+    print(format_summary(cfg, result))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "api.json"
+    write_text_atomic(path, json.dumps({"config": {**cfg.__dict__, "streams": list(cfg.streams)}, "result": result,
+                                        "versions": version_matrix("cpu")}, indent=1, default=str))
+    print(f"wrote {path}")
+    return 0
+
+
 def cmd_qualify(args: argparse.Namespace) -> int:
     """Writes a qualification record (JSON + Markdown) for a model on a target."""
     from pathlib import Path
@@ -306,6 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-body-bytes", type=POSITIVE, default=1 << 20, help="larger request bodies get 413")
     p.add_argument("--kv-cache-gib", type=_positive_float, default=1.0, help="memory for the paged KV cache")
     p.add_argument("--api-key", default=None, help="require Authorization: Bearer <key> (or $CRUCIBLE_API_KEY)")
+    p.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false",
+                   help="compute every prompt in full (default: reuse the KV pages of cached prompt prefixes)")
     p.add_argument("--activations", choices=["f32", "q8"], default="f32",
                    help="q8: int8 activations in the CPU decode matmuls (as llama.cpp; faster, ~1e-2 logit error)")
     p.set_defaults(func=cmd_serve)
@@ -359,6 +384,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=POSITIVE, default=3, help="child processes per configuration, alternating")
     p.add_argument("--out", default="bench-out", help="folder for threads.json")
     p.set_defaults(func=cmd_bench_threads)
+    p = bench_sub.add_parser("api", help="structured output and penalties per decode step; prefix-cache TTFT")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="registry name or model path")
+    p.add_argument("--streams", default="1,16", help="stream counts to time the decode step at")
+    p.add_argument("--steps", type=POSITIVE, default=32, help="decode steps per configuration and round")
+    p.add_argument("--rounds", type=POSITIVE, default=3, help="rounds; configurations take turns in each")
+    p.add_argument("--out", default="bench-out", help="folder for api.json")
+    p.set_defaults(func=cmd_bench_api)
     p = bench_sub.add_parser("serve", help="load-test servers: crucible, max serve, llama-server (or --url)")
     p.add_argument("--url", default=None, help="root URL of a running server (loopback) instead of spawning")
     p.add_argument("--systems", default="crucible,max,llama.cpp", help="servers to spawn in turn")

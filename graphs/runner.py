@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -54,23 +54,29 @@ class ModelRunner:
         model: The compiled model.
         total_pages: KV cache pages in all.
         max_batch_size: Sequences in one step at most.
+        prefix_caching: Reuse the KV pages of a prompt prefix already in the cache (MAX's prefix cache,
+            whole pages only): `prepare` skips those tokens.
     """
 
-    def __init__(self, model: CrucibleModel, total_pages: int, max_batch_size: int) -> None:
+    def __init__(self, model: CrucibleModel, total_pages: int, max_batch_size: int,
+                 prefix_caching: bool = False) -> None:
         from max.pipelines.kv_cache import PagedKVCacheManager
 
         self.model = model
         self.max_batch_size = max_batch_size
-        self.kv = PagedKVCacheManager(params=model.kv_params, session=model.session, total_num_pages=total_pages,
+        self.prefix_caching = prefix_caching
+        params = replace(model.kv_params, enable_prefix_caching=prefix_caching)
+        self.kv = PagedKVCacheManager(params=params, session=model.session, total_num_pages=total_pages,
                                       max_batch_size=max_batch_size)
         self._pages_total = int(self.kv.block_count().total)  # fixed for the cache's life: read once
         self.execute_seconds: list[float] = []  # graph time of each execute (the rest of a step is host work)
         self.record_times = False
 
     @classmethod
-    def for_memory(cls, model: CrucibleModel, gib: float, max_batch_size: int) -> ModelRunner:
+    def for_memory(cls, model: CrucibleModel, gib: float, max_batch_size: int,
+                   prefix_caching: bool = False) -> ModelRunner:
         """A runner whose cache takes `gib` GiB (at least one page)."""
-        return cls(model, max(1, int(gib * 2**30 // kv_page_bytes(model))), max_batch_size)
+        return cls(model, max(1, int(gib * 2**30 // kv_page_bytes(model))), max_batch_size, prefix_caching)
 
     @classmethod
     def for_tokens(cls, model: CrucibleModel, total_tokens: int, max_batch_size: int) -> ModelRunner:
@@ -96,11 +102,29 @@ class ModelRunner:
         self.kv.claim(seq)
         return seq
 
-    def prepare(self, seq, n_tokens: int | None = None) -> None:
-        """Readies a sequence for the next step: its next `n_tokens` new tokens (all when None), pages."""
+    def prepare(self, seq, n_tokens: int | None = None, reuse_prefix: bool = True) -> int:
+        """Readies a sequence for the next step: pages, then its next `n_tokens` new tokens (all when None).
+
+        With prefix caching, the pages of a cached prefix are taken first and those tokens skipped (the
+        new tokens then start after them); `reuse_prefix=False` computes every token (its logits are
+        wanted, e.g. prompt logprobs).
+
+        Returns:
+            Tokens skipped because their KV pages came from the prefix cache.
+        """
+        before = seq.tokens.processed_length
+        if self.prefix_caching and not reuse_prefix:
+            manager = self.kv._block_manager  # MAX has no per-request switch: skip the lookup for this call
+            manager.enable_prefix_caching = False
+            try:
+                self.kv.alloc(seq)
+            finally:
+                manager.enable_prefix_caching = True
+        else:
+            self.kv.alloc(seq)  # MAX's order: reuse cached pages, allocate the rest, then chunk
         if n_tokens is not None and n_tokens < seq.tokens.active_length:
             seq.tokens.chunk(n_tokens)
-        self.kv.alloc(seq)
+        return seq.tokens.processed_length - before
 
     def execute(self, seqs: Sequence, all_positions: bool = False) -> np.ndarray:
         """Runs one step over prepared sequences.

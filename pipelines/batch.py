@@ -1,10 +1,12 @@
 """Offline batch generation over a JSONL file of prompts (`crucible batch IN OUT`).
 
-Input lines: {"prompt": "..."} or {"messages": [...]}, with an optional "id" (default "line-N") and
-optional sampling fields (temperature, top_p, top_k, seed, max_tokens, stop, ignore_eos).
+Input lines: {"prompt": "..."} or {"messages": [...]}, with an optional "id" (default "line-N") and any
+field of the HTTP API's bodies, checked the same way (pipelines/openai_request.py): sampling, penalties,
+logit_bias, n, response_format, tools and tool_choice, ... An unknown field makes that row an error.
 Output lines: {"id", "text", "finish_reason", "prompt_tokens", "completion_tokens",
-"time_to_first_token_s", "total_time_s"}, or {"id", "error"} for a row that could not run; a row that
-failed while generating has both (finish_reason "error"). One failing row never stops the others.
+"time_to_first_token_s", "total_time_s"} (plus "tool_calls" when the model called tools; with n > 1
+one such entry per sequence under "choices"), or {"id", "error"} for a row that could not run; a row
+that failed while generating has both (finish_reason "error"). One failing row never stops the others.
 
 - Rows go through the continuous-batching engine together (a window of them at a time).
 - Resumable: rows whose id is already in OUT are skipped; a torn last line (killed mid-write) is cut
@@ -24,24 +26,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from pipelines.generator import Generator, validate_messages
-from pipelines.sampling import SamplingError, SamplingParams
-
-SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed", "max_tokens", "stop", "ignore_eos")
+from pipelines.generator import Generator
+from pipelines.openai_request import GenerationRequest, final_output, parse_request, prompt_jobs
+from pipelines.request import Request, RequestOutput
+from pipelines.sampling import SamplingParams
 
 
 @dataclass(frozen=True)
 class BatchRow:
-    """A parsed input line: either runnable (prompt_ids, params) or an error to report."""
+    """A parsed input line: either runnable (its request and each prompt's (ids, params)) or an error."""
 
     row_id: str
-    prompt_ids: list[int] | None = None
-    params: SamplingParams | None = None
+    request: GenerationRequest | None = None
+    jobs: list[tuple[list[int], SamplingParams]] | None = None
     error: str | None = None
 
 
-def parse_row(line_no: int, line: str, encode: Callable[[object], list[int]]) -> BatchRow:
-    """Parses and validates one JSONL line (never raises: problems become error rows)."""
+def parse_row(line_no: int, line: str, generator: Generator, raw: bool = False) -> BatchRow:
+    """Parses and validates one JSONL line with the HTTP API's checks (never raises: problems become
+    error rows). A "prompt" string is one user chat message, or raw text to continue with `raw`."""
     row_id = f"line-{line_no}"
     try:
         obj = json.loads(line)
@@ -53,18 +56,24 @@ def parse_row(line_no: int, line: str, encode: Callable[[object], list[int]]) ->
         row_id = str(obj["id"])
     try:
         if "messages" in obj:
-            prompt: object = validate_messages(obj["messages"])
-        elif isinstance(obj.get("prompt"), str) and obj["prompt"]:
-            prompt = obj["prompt"]
+            kind, body = "chat", obj
+        elif "prompt" in obj and isinstance(obj["prompt"], list) and not raw and \
+                any(isinstance(p, str) for p in obj["prompt"]):
+            return BatchRow(row_id, error="a list of text prompts is raw text to continue: run with --raw, "
+                                          "or give each prompt its own row")
+        elif "prompt" in obj and (raw or not isinstance(obj["prompt"], str)):
+            kind, body = "completion", obj  # raw text, or token ids
+        elif "prompt" in obj:
+            kind, body = "chat", {**{k: v for k, v in obj.items() if k != "prompt"},
+                                  "messages": [{"role": "user", "content": obj["prompt"]}]}
         else:
             return BatchRow(row_id, error="a row needs a non-empty 'prompt' string or a 'messages' list")
-        fields = {k: obj[k] for k in SAMPLING_FIELDS if k in obj}
-        if "stop" in fields:
-            stop = fields["stop"]
-            fields["stop"] = (stop,) if isinstance(stop, str) else tuple(stop)
-        params = SamplingParams(**fields)
-        return BatchRow(row_id, encode(prompt), params)
-    except (SamplingError, ValueError, TypeError) as exc:
+        if body.get("stream"):
+            return BatchRow(row_id, error="'stream' is not available in batch")
+        engine = generator.engine
+        req = parse_request(body, kind, engine.max_seq_len, require_model=False, extra_fields=frozenset({"id"}))
+        return BatchRow(row_id, req, prompt_jobs(engine.tokenizer, req, engine.max_seq_len))
+    except ValueError as exc:  # RequestError names the field
         return BatchRow(row_id, error=str(exc))
     except Exception as exc:  # noqa: BLE001 - e.g. the tokenizer refusing a lone surrogate: this row only
         return BatchRow(row_id, error=f"{type(exc).__name__}: {exc}")
@@ -103,6 +112,39 @@ class JsonlAppender:
     def close(self) -> None:
         os.fsync(self.fd)
         os.close(self.fd)
+
+
+class _RowRun:
+    """One row's sequences in flight, and its output record once all have finished."""
+
+    def __init__(self, row: BatchRow, requests: list[Request]) -> None:
+        self.row, self.requests = row, requests
+        self.texts: dict[str, list[str]] = {r.request_id: [] for r in requests}
+        self.outputs: dict[str, RequestOutput] = {}  # request id -> its last output, once finished
+
+    def record(self) -> dict:
+        """{"id", "text", "finish_reason", ...} for one sequence; n > 1 or several prompts put one such
+        entry (without "id") per sequence under "choices"."""
+        entries = []
+        for r in self.requests:
+            o = self.outputs[r.request_id]
+            content, calls, reason = final_output(self.row.request, "".join(self.texts[r.request_id]), o.finish_reason)
+            entry = {"text": content, "finish_reason": reason, "prompt_tokens": o.prompt_tokens,
+                     "completion_tokens": o.completion_tokens,
+                     "time_to_first_token_s": (r.first_token_time - r.arrival) if r.first_token_time else None,
+                     "total_time_s": time.perf_counter() - r.arrival}
+            if calls:
+                entry["tool_calls"] = [c.openai() for c in calls]
+            if o.error:
+                entry["error"] = o.error
+            entries.append(entry)
+        if len(entries) == 1:
+            return {"id": self.row.row_id, **entries[0]}
+        record: dict = {"id": self.row.row_id, "choices": entries}
+        errors = [e["error"] for e in entries if "error" in e]
+        if errors:
+            record["error"] = errors[0]
+        return record
 
 
 @dataclass
@@ -147,8 +189,7 @@ def run_batch(generator: Generator, in_path: Path, out_path: Path, window: int =
     summary.total_rows = len(rows)
     out = JsonlAppender(out_path)
     start = last_report = time.perf_counter()
-    in_flight: dict[str, tuple[str, object]] = {}  # engine request id -> (row id, Request)
-    texts: dict[str, list[str]] = {}
+    in_flight: dict[str, _RowRun] = {}  # engine request id -> its row
     todo = iter(rows)
     exhausted = False
     try:
@@ -158,40 +199,39 @@ def run_batch(generator: Generator, in_path: Path, out_path: Path, window: int =
                 if nxt is None:
                     exhausted = True
                     break
-                row = parse_row(nxt[0], nxt[1], lambda p: generator.encode(p, raw))
+                row = parse_row(nxt[0], nxt[1], generator, raw)
                 if row.row_id in skip:
                     summary.skipped += 1
                     continue
+                run = None
                 if row.error is None:
                     try:
-                        req = engine.submit(row.prompt_ids, row.params)
+                        run = _RowRun(row, generator.submit_jobs(row.jobs))
                     except Exception as exc:  # noqa: BLE001 - too long for the context, bad ids, ...
                         row = BatchRow(row.row_id, error=str(exc))
-                if row.error is not None:
+                if run is None:
                     out.write({"id": row.row_id, "error": row.error})
                     summary.errors += 1
                     continue
-                in_flight[req.request_id] = (row.row_id, req)
-                texts[req.request_id] = []
+                for r in run.requests:
+                    in_flight[r.request_id] = run
             if not in_flight and exhausted:
                 break
             for o in engine.step():
-                if o.request_id not in in_flight:
+                run = in_flight.get(o.request_id)
+                if run is None:
                     continue
-                texts[o.request_id].append(o.text_delta)
+                run.texts[o.request_id].append(o.text_delta)
                 if not o.finished:
                     continue
-                row_id, req = in_flight.pop(o.request_id)
-                record = {"id": row_id, "text": "".join(texts.pop(o.request_id)),
-                          "finish_reason": o.finish_reason, "prompt_tokens": o.prompt_tokens,
-                          "completion_tokens": o.completion_tokens,
-                          "time_to_first_token_s": (req.first_token_time - req.arrival) if req.first_token_time else None,
-                          "total_time_s": time.perf_counter() - req.arrival}
-                if o.error:
-                    record["error"] = o.error
+                del in_flight[o.request_id]
+                run.outputs[o.request_id] = o
+                if len(run.outputs) < len(run.requests):
+                    continue
+                record = run.record()
                 out.write(record)
-                summary.completion_tokens += o.completion_tokens
-                if o.finish_reason == "error":
+                summary.completion_tokens += sum(o.completion_tokens for o in run.outputs.values())
+                if "error" in record:
                     summary.errors += 1
                 else:
                     summary.completed += 1

@@ -1,7 +1,9 @@
 """The generation engine: continuous batching of requests over one model runner (graphs/runner.py).
 
 One `step()` reads as: schedule (scheduler.py) -> prepare and execute the ragged batch on the runner ->
-postprocess each sequence (sample, detokenize, stop) -> release finished requests' pages.
+process the logits of the batch (penalties, grammar masks) -> sample, detokenize and stop each sequence
+-> release finished requests' pages. A request with n > 1 is n sequences; with prefix caching on, the
+siblings wait for the first to write the prompt's pages and then reuse them.
 The engine is single-threaded; `serve/` drives it from one background thread and talks to it through
 `submit`, `abort` and `load`, which are safe to call from other threads.
 """
@@ -16,76 +18,21 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from crucible.core.registry import DEFAULT_MODEL
 from graphs.model import CrucibleModel, ModelOptions
 from graphs.runner import ModelRunner
 from pipelines.detokenizer import IncrementalDetokenizer
-from pipelines.logprobs import TokenLogprob, token_logprob
+from pipelines.engine_types import ContextLengthError, EngineConfig, EngineLoad, EngineStats
+from pipelines.grammar import GrammarCompiler, GrammarMatcher
+from pipelines.logits_processors import process_logits
+from pipelines.logprobs import TokenLogprob, chunk_prompt_logprobs, token_logprob
 from pipelines.request import Request, RequestOutput, RequestState
 from pipelines.sampling import Sampler, SamplingParams, stop_ids_for
-from pipelines.scheduler import DEFAULT_CPU_BATCH, Scheduler, SchedulerConfig, StepEntry
+from pipelines.tools import TOOL_TAGS
+from pipelines.scheduler import Scheduler, SchedulerConfig, StepEntry
+
+__all__ = ["ContextLengthError", "EngineConfig", "EngineLoad", "EngineStats", "LLMEngine"]
 
 log = logging.getLogger("crucible.engine")
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """Engine settings.
-
-    Attributes:
-        model: Registry name, .gguf file or HF folder.
-        device: "cpu" or "gpu".
-        max_batch_size: Requests decoded together (MAX's CPU planner would default to 1).
-        max_step_tokens: New tokens per step; long prompts are prefilled in chunks of at most this.
-        kv_cache_gib: Memory for the paged KV cache.
-        max_seq_len: Prompt + completion limit per request (None: the model's context length).
-        activations: "f32" or "q8" (int8 activations in the CPU decode matmuls; ModelOptions).
-    """
-
-    model: str = DEFAULT_MODEL
-    device: str = "cpu"
-    max_batch_size: int = DEFAULT_CPU_BATCH
-    max_step_tokens: int = 512
-    kv_cache_gib: float = 1.0
-    max_seq_len: int | None = None
-    activations: str = "f32"
-
-    def __post_init__(self) -> None:
-        if self.max_batch_size < 1 or self.max_step_tokens < self.max_batch_size:
-            raise ValueError("need max_batch_size >= 1 and max_step_tokens >= max_batch_size")
-        if self.kv_cache_gib <= 0:
-            raise ValueError("kv_cache_gib must be positive")
-
-
-class ContextLengthError(ValueError):
-    """A request that can never fit: its prompt, or prompt plus max_tokens, exceeds the context or cache.
-
-    Attributes:
-        prompt_tokens: The prompt's length.
-        limit: Tokens one sequence may hold.
-        prompt_alone: Whether the prompt by itself is too long (else max_tokens makes it so).
-    """
-
-    def __init__(self, message: str, prompt_tokens: int, limit: int, prompt_alone: bool) -> None:
-        super().__init__(message)
-        self.prompt_tokens, self.limit, self.prompt_alone = prompt_tokens, limit, prompt_alone
-
-
-@dataclass(frozen=True)
-class EngineLoad:
-    """The engine's state after its last step, safe to read from any thread.
-
-    Attributes:
-        waiting: Requests submitted or queued, not yet running.
-        running: Requests holding KV pages.
-        pages_used: KV pages in use.
-        pages_total: KV pages in all.
-    """
-
-    waiting: int = 0
-    running: int = 0
-    pages_used: int = 0
-    pages_total: int = 0
 
 
 class LLMEngine:
@@ -105,7 +52,8 @@ class LLMEngine:
                                                                          activations=config.activations))
         self.tokenizer = tokenizer or load_tokenizer(self.model.source)
         cfg = self.model.config
-        self.runner = ModelRunner.for_memory(self.model, config.kv_cache_gib, config.max_batch_size)
+        self.runner = ModelRunner.for_memory(self.model, config.kv_cache_gib, config.max_batch_size,
+                                             prefix_caching=config.prefix_caching)
         max_seq = min(config.max_seq_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
         self.scheduler = Scheduler(SchedulerConfig(
             max_batch_size=config.max_batch_size, max_step_tokens=config.max_step_tokens,
@@ -116,32 +64,69 @@ class LLMEngine:
         self._aborts: set[str] = set()
         self._live: dict[str, _Live] = {}
         self.eos_ids = tuple(cfg.eos_token_ids)
+        self.grammars = GrammarCompiler(self.tokenizer, cfg.vocab_size, self.eos_ids)
+        # Some tokenizers (Hermes-style) make <tool_call> a special token: it must stay in the text that
+        # tool calls are read from (pipelines/tools.py).
+        added = getattr(self.tokenizer, "added_tokens_decoder", {})
+        special = set(getattr(self.tokenizer, "all_special_ids", ())) | {i for i, t in added.items() if t.special}
+        vocab = self.tokenizer.get_vocab()
+        self._kept_special = {vocab[t] for t in TOOL_TAGS if t in vocab and vocab[t] in special}
+        self._skipped_special = special - self._kept_special
         self.stats = EngineStats()
 
     # -- thread-safe entry points -------------------------------------------------------------
     def submit(self, prompt_ids: Sequence[int], params: SamplingParams, request_id: str | None = None) -> Request:
-        """Queues a request, validated now (nothing is queued when it fails).
+        """Queues a request of one sequence (n = 1); see `submit_n`."""
+        if params.n != 1:
+            raise ValueError("submit takes n = 1; use submit_n for n > 1")
+        return self.submit_n(prompt_ids, params, request_id)[0]
+
+    def submit_n(self, prompt_ids: Sequence[int], params: SamplingParams,
+                 request_id: str | None = None) -> list[Request]:
+        """Queues a request's n sequences, validated now (nothing is queued when it fails).
+
+        Args:
+            prompt_ids: The prompt's token ids.
+            params: Sampling; params.n sequences are generated.
+            request_id: Id of the request (generated when None); with n > 1 sequence i is "{id}-{i}".
+
+        Returns:
+            The n sequences, in order.
 
         Raises:
             ContextLengthError: The prompt, or prompt plus max_tokens, can never fit.
-            ValueError: An empty prompt or a token id outside the vocabulary.
+            GrammarError: The grammar (response_format, tools) cannot be compiled (a ValueError).
+            ValueError: An empty prompt, or a token id outside the vocabulary (prompt or logit_bias).
         """
+        vocab = self.model.config.vocab_size
         if not prompt_ids:
             raise ValueError("the prompt is empty")
-        if max(prompt_ids) >= self.model.config.vocab_size or min(prompt_ids) < 0:
+        if max(prompt_ids) >= vocab or min(prompt_ids) < 0:
             raise ValueError("prompt token id outside the vocabulary")
-        req = Request(list(prompt_ids), params) if request_id is None else Request(list(prompt_ids), params, request_id)
+        if any(t >= vocab for t, _ in params.logit_bias):
+            raise ValueError(f"logit_bias names a token id outside the vocabulary (0 to {vocab - 1})")
+        if params.grammar is not None:
+            self.grammars.compile(params.grammar)  # raises GrammarError naming what is unsupported
+        ids = list(prompt_ids)
+        base = Request(ids, params) if request_id is None else Request(ids, params, request_id)
         limit = self.max_seq_len
         if len(prompt_ids) >= limit:
             raise ContextLengthError(f"the prompt has {len(prompt_ids)} tokens; the context limit is {limit} "
                                      "tokens", len(prompt_ids), limit, True)
-        if not self.scheduler.fits_ever(req):
+        if not self.scheduler.fits_ever(base):
             raise ContextLengthError(
                 f"prompt of {len(prompt_ids)} tokens plus max_tokens={params.max_tokens} exceeds the "
                 f"context limit of {limit} tokens", len(prompt_ids), limit, False)
+        reqs = [base] if params.n == 1 else [
+            Request(list(prompt_ids), params, f"{base.request_id}-{i}", index=i) for i in range(params.n)]
+        # Siblings wait for the first to write the prompt's pages only when they can reuse some: a
+        # prompt of a full page or more, whose logprobs are not wanted (those are computed in full).
+        if self.config.prefix_caching and params.prompt_logprobs is None and len(ids) > self.runner.page_size:
+            for sibling in reqs[1:]:
+                sibling.leader = reqs[0]
         with self._lock:
-            self._pending.append(req)
-        return req
+            self._pending.extend(reqs)
+        return reqs
 
     def abort(self, request_id: str) -> None:
         """Stops a request at the next step and frees its KV pages."""
@@ -168,8 +153,13 @@ class LLMEngine:
         """Chunks each sequence's new tokens and allocates its KV pages for the step."""
         kept, failed = [], []
         for entry in plan:
+            req = entry.request
             try:
-                self.runner.prepare(self._live[entry.request.request_id].seq, entry.tokens)
+                seq = self._live[req.request_id].seq
+                # Prompt logprobs need every prompt position computed: no prefix reuse for those.
+                cached = self.runner.prepare(seq, entry.tokens, reuse_prefix=req.params.prompt_logprobs is None)
+                if cached:
+                    entry = self.scheduler.note_cached(entry, cached, seq.tokens.active_length)
                 kept.append(entry)
             except Exception as exc:  # noqa: BLE001
                 failed.append(self._fail(entry.request, "preparing the step", exc))
@@ -179,7 +169,8 @@ class LLMEngine:
         """Runs the step's batch; if it fails, runs each request alone so only the failing ones end.
 
         Returns:
-            (entry, logits [vocab]) for each request that ran, and the error outputs of those that did not.
+            (entry, logits) for each request that ran: [vocab] of its last new token, or [new tokens,
+            vocab] for a prompt chunk whose logprobs are wanted; and the error outputs of those that did not.
         """
         if not plan:
             return [], []
@@ -197,38 +188,105 @@ class LLMEngine:
                 failed.append(self._fail(entry.request, "model execution", exc))
         return rows, failed
 
-    def _run(self, plan: list[StepEntry]) -> np.ndarray:
-        """Executes the graph on the plan's prepared sequences; returns logits [len(plan), vocab]."""
+    def _run(self, plan: list[StepEntry]) -> list[np.ndarray]:
+        """Executes the graph on the plan's prepared sequences: each entry's logits (see `_execute`).
+
+        Prompt chunks whose logprobs are wanted run alone, with the logits of every position.
+        """
         start = time.perf_counter()
-        logits = self.runner.execute([self._live[entry.request.request_id].seq for entry in plan])
+        every = [e.request.in_prefill and e.request.params.prompt_logprobs is not None for e in plan]
+        batched = [e for e, all_pos in zip(plan, every) if not all_pos]
+        rows = iter(self.runner.execute([self._live[e.request.request_id].seq for e in batched]) if batched else ())
+        logits = [self.runner.execute([self._live[e.request.request_id].seq], all_positions=True) if all_pos
+                  else next(rows) for e, all_pos in zip(plan, every)]
         self.stats.steps += 1
         self.stats.step_seconds += time.perf_counter() - start
         self.stats.prompt_tokens += sum(e.tokens for e in plan if e.request.in_prefill)
         return logits
 
     def _postprocess(self, rows: list[tuple[StepEntry, np.ndarray]]) -> list[RequestOutput]:
-        """Advances each sequence that ran; a failure here ends that request alone."""
-        outputs = []
+        """Processes the logits of the sequences that sample (batched), then advances each sequence that
+        ran; a failure here ends that request alone."""
+        outputs, last = [], []
         for entry, logits in rows:
             try:
-                out = self._advance(entry, logits)
+                last.append((entry, self._note_prompt_logprobs(entry, logits) if logits.ndim == 2 else logits))
+            except Exception as exc:  # noqa: BLE001
+                outputs.append(self._fail(entry.request, "prompt logprobs", exc))
+        processed = self._process_logits([(e, x) for e, x in last if e.samples])
+        for entry, logits in last:
+            try:
+                out = self._advance(entry, logits, processed.get(entry.request.request_id))
             except Exception as exc:  # noqa: BLE001 - one request's bug fails that request
                 out = self._fail(entry.request, "sampling or detokenizing", exc)
             if out is not None:
                 outputs.append(out)
         return outputs
 
-    def _advance(self, entry: StepEntry, logits: np.ndarray) -> RequestOutput | None:
-        """Commits one sequence's step: a prompt chunk, or sample, detokenize and check the stops."""
+    def _note_prompt_logprobs(self, entry: StepEntry, logits: np.ndarray) -> np.ndarray:
+        """Records the prompt logprobs a chunk's logits [k, vocab] give; returns its last row [vocab]."""
+        req = entry.request
+        live = self._live.get(req.request_id)
+        if live is not None:
+            live.prompt_logprobs += chunk_prompt_logprobs(logits, req.prompt_ids, req.prefilled,
+                                                          req.params.prompt_logprobs)
+        return logits[-1]
+
+    def _process_logits(self, rows: list[tuple[StepEntry, np.ndarray]]) -> dict[str, np.ndarray]:
+        """logit_bias, penalties (one batched pass) and grammar masks of the rows about to sample.
+
+        Returns:
+            request id -> processed [vocab] logits, for the requests that have any processing; if the
+            batched pass fails, each request is processed alone so that only a failing one ends.
+        """
+        todo = [(e.request, x) for e, x in rows
+                if e.request.params.penalized or self._live[e.request.request_id].matcher is not None]
+        if not todo:
+            return {}
+        try:
+            return self._process_batch(todo)
+        except Exception:  # noqa: BLE001 - retried alone below; the failing one ends in _advance
+            out = {}
+            for req, x in todo:
+                try:
+                    out.update(self._process_batch([(req, x)]))
+                except Exception as exc:  # noqa: BLE001
+                    log.error("request %s: processing its logits failed: %r", req.request_id, exc, exc_info=exc)
+            return out
+
+    def _process_batch(self, todo: list[tuple[Request, np.ndarray]]) -> dict[str, np.ndarray]:
+        """Penalties and masks of `todo`'s rows ([vocab] logits each): request id -> processed row."""
+        reqs = [r for r, _ in todo]
+        logits = process_logits(np.stack([x for _, x in todo]), [r.params for r in reqs], [r.prompt_ids for r in reqs],
+                                [r.output_ids for r in reqs], [self._live[r.request_id].matcher for r in reqs])
+        return {r.request_id: logits[i] for i, r in enumerate(reqs)}
+
+    def _advance(self, entry: StepEntry, logits: np.ndarray, processed: np.ndarray | None) -> RequestOutput | None:
+        """Commits one sequence's step: a prompt chunk, or sample, detokenize and check the stops.
+
+        Args:
+            entry: The sequence's share of the step.
+            logits: [vocab] raw logits of its last new token (logprobs are reported from these).
+            processed: [vocab] the logits after penalties and grammar, or None when there are none.
+        """
         req = entry.request
         live = self._live[req.request_id]
+        if processed is None and (req.params.penalized or live.matcher is not None) and entry.samples:
+            raise RuntimeError("processing the logits (penalties or grammar) failed")
         if req.in_prefill:
             req.prefilled += entry.tokens
             if not entry.samples:
                 self.runner.advance(live.seq, None)
                 return None
-        tok = live.sampler.sample(logits)
+            if req.params.max_tokens == 0:  # echo with logprobs only: the prompt's logprobs are the answer
+                return self._finish(req, "length", prompt_logprobs=tuple(live.prompt_logprobs))
+        tok = live.sampler.sample(logits if processed is None else processed)
+        if live.matcher is not None:
+            live.matcher.accept(tok)
         lp = () if req.params.logprobs is None else (token_logprob(logits, tok, req.params.logprobs),)
+        plp = ()
+        if not req.output_ids and req.params.prompt_logprobs is not None:
+            plp = tuple(live.prompt_logprobs)
         if req.first_token_time is None:
             req.first_token_time = time.perf_counter()
         req.output_ids.append(tok)
@@ -243,22 +301,31 @@ class LLMEngine:
             delta = res.delta
             if res.stopped:
                 reason = "stop"
+            elif live.matcher is not None and live.matcher.done:  # nothing but the end token could follow
+                reason = "stop"
+                delta += live.detok.flush()
             elif len(req.output_ids) >= req.params.max_tokens:
                 reason = "length"
                 delta += live.detok.flush()
         if reason:
-            return self._finish(req, reason, delta=delta, new=(tok,), logprobs=lp)
+            return self._finish(req, reason, delta=delta, new=(tok,), logprobs=lp, prompt_logprobs=plp)
         return RequestOutput(req.request_id, (tok,), delta, False, None, len(req.prompt_ids),
-                             len(req.output_ids), logprobs=lp)
+                             len(req.output_ids), logprobs=lp, prompt_logprobs=plp,
+                             cached_tokens=req.cached_tokens, index=req.index)
 
     def _admit_and_abort(self) -> list[RequestOutput]:
         with self._lock:
             pending, self._pending = self._pending, []
             aborts, self._aborts = self._aborts, set()
-        outputs = []
+        outputs, deferred = [], []
         for req in pending:
             if req.request_id in aborts:  # aborted before it was admitted: it holds nothing yet
                 outputs.append(self._finish(req, "abort"))
+                continue
+            leader = req.leader
+            if leader is not None and leader.state is not RequestState.FINISHED and \
+                    (leader.state is RequestState.WAITING or leader.in_prefill):
+                deferred.append(req)  # admitted once the leader's prompt pages are in the cache
                 continue
             try:
                 self._admit(req)
@@ -268,14 +335,18 @@ class LLMEngine:
             req = next((r for r in [*self.scheduler.running, *self.scheduler.waiting] if r.request_id == rid), None)
             if req is not None:
                 outputs.append(self._finish(req, "abort"))
+        if deferred:
+            with self._lock:
+                self._pending[:0] = deferred
         return outputs
 
     def _admit(self, req: Request) -> None:
         """Gives a submitted request its sampler, detokenizer and cache slot, and queues it."""
-        sampler = Sampler(req.params)
+        sampler = Sampler(req.params, req.index)
         detok = IncrementalDetokenizer(self._decode, req.params.stop)
+        matcher = None if req.params.grammar is None else self.grammars.matcher(req.params.grammar)
         seq = self.runner.start(req.prompt_ids, req.max_total_tokens + 1)
-        self._live[req.request_id] = _Live(seq, sampler, detok, stop_ids_for(req.params, self.eos_ids))
+        self._live[req.request_id] = _Live(seq, sampler, detok, stop_ids_for(req.params, self.eos_ids), matcher)
         self.scheduler.add(req)  # from here on, _finish releases the slot
 
     def _fail(self, req: Request, stage: str, exc: Exception) -> RequestOutput:
@@ -284,7 +355,8 @@ class LLMEngine:
         return self._finish(req, "error", error=f"internal error in {stage}: {exc}")
 
     def _finish(self, req: Request, reason: str, delta: str = "", new: tuple[int, ...] = (),
-                error: str | None = None, logprobs: tuple[TokenLogprob, ...] = ()) -> RequestOutput:
+                error: str | None = None, logprobs: tuple[TokenLogprob, ...] = (),
+                prompt_logprobs: tuple[TokenLogprob | None, ...] = ()) -> RequestOutput:
         live = self._live.pop(req.request_id, None)
         self.scheduler.finish(req)
         if live is not None:
@@ -295,9 +367,11 @@ class LLMEngine:
         req.finish_reason, req.error, req.finish_time = reason, error, time.perf_counter()
         self.stats.finished[reason] = self.stats.finished.get(reason, 0) + 1
         return RequestOutput(req.request_id, new, delta, True, reason, len(req.prompt_ids),
-                             len(req.output_ids), error, logprobs)
+                             len(req.output_ids), error, logprobs, prompt_logprobs, req.cached_tokens, req.index)
 
     def _decode(self, ids: Sequence[int]) -> str:
+        if self._kept_special:  # special tokens are dropped from text, but not the tool-call tags
+            return self.tokenizer.decode([i for i in ids if i not in self._skipped_special])
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     # -- introspection ----------------------------------------------------------------------------
@@ -326,7 +400,7 @@ class LLMEngine:
 
     def _publish_load(self) -> None:
         load = EngineLoad(len(self.scheduler.waiting), len(self.scheduler.running), self.runner.pages_used(),
-                          self.runner.pages_total())
+                          self.runner.pages_total(), self.scheduler.cached_tokens)
         with self._lock:
             self._load = load
 
@@ -337,15 +411,5 @@ class _Live:
     sampler: Sampler
     detok: IncrementalDetokenizer
     stop_ids: frozenset[int]
-
-
-@dataclass
-class EngineStats:
-    """Counters since the engine started."""
-
-    steps: int = 0
-    step_seconds: float = 0.0
-    prompt_tokens: int = 0
-    generated_tokens: int = 0
-    finished: dict[str, int] = field(default_factory=dict)  # finish reason -> count
-
+    matcher: GrammarMatcher | None = None
+    prompt_logprobs: list[TokenLogprob | None] = field(default_factory=list)

@@ -7,6 +7,7 @@ same numbers whatever the sampling settings.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,3 +51,25 @@ def token_logprob(logits: np.ndarray, token_id: int, n_top: int) -> TokenLogprob
         best = sorted(best.tolist(), key=lambda i: (-logp[i], i))
         top = tuple((int(i), float(logp[i])) for i in best)
     return TokenLogprob(int(token_id), float(logp[token_id]), top)
+
+
+def chunk_prompt_logprobs(logits: np.ndarray, prompt_ids: Sequence[int], start: int,
+                          n_top: int) -> list[TokenLogprob | None]:
+    """The prompt logprobs that one prefill chunk's logits give (echo with logprobs).
+
+    Args:
+        logits: [k, vocab] raw logits of the chunk's k prompt positions start .. start + k - 1; row j
+            predicts prompt token start + j + 1 (the last row of the last chunk predicts the first
+            generated token and is not a prompt logprob).
+        prompt_ids: The whole prompt.
+        start: Prompt tokens before the chunk.
+        n_top: Alternatives per token.
+
+    Returns:
+        The entries for prompt tokens start + 1 .. start + k, led by None for token 0 (nothing predicts
+        it) when the chunk is the first.
+    """
+    out: list[TokenLogprob | None] = [None] if start == 0 else []
+    for j in range(min(len(logits), len(prompt_ids) - start - 1)):
+        out.append(token_logprob(logits[j], prompt_ids[start + j + 1], n_top))
+    return out

@@ -36,6 +36,9 @@ class Request:
         finish_reason: Set when finished.
         arrival: perf_counter time of submission.
         first_token_time: perf_counter time of the first generated token.
+        index: Which of the request's n sequences this is (0 to n - 1).
+        leader: The sibling sequence whose prompt pages this one waits for and reuses (n > 1).
+        cached_tokens: Prompt tokens whose KV pages came from the prefix cache.
     """
 
     prompt_ids: list[int]
@@ -49,6 +52,9 @@ class Request:
     arrival: float = field(default_factory=time.perf_counter)
     first_token_time: float | None = None
     finish_time: float | None = None
+    index: int = 0
+    leader: Request | None = None
+    cached_tokens: int = 0
 
     @property
     def max_total_tokens(self) -> int:
@@ -74,6 +80,10 @@ class RequestOutput:
         completion_tokens: Tokens generated so far.
         error: Message when finish_reason is "error".
         logprobs: The new tokens' log-probabilities when the request asked for them.
+        prompt_logprobs: The prompt tokens' log-probabilities (None for the first), once, on the output
+            that ends the prompt, when the request asked for them.
+        cached_tokens: Prompt tokens reused from the prefix cache.
+        index: Which of the request's n sequences this is.
     """
 
     request_id: str
@@ -85,3 +95,6 @@ class RequestOutput:
     completion_tokens: int
     error: str | None = None
     logprobs: tuple[TokenLogprob, ...] = ()
+    prompt_logprobs: tuple[TokenLogprob | None, ...] = ()
+    cached_tokens: int = 0
+    index: int = 0

@@ -1,8 +1,10 @@
 """Sampling parameters as users give them to an OpenAI-style API, and the sampler that applies them.
 
-temperature 0 means greedy. top_k and top_p filter the distribution before drawing; a seed makes a
-request's draws reproducible (same seed, same prompt, same output), independent of what else is in
-the batch, because every request draws from its own generator.
+Order of operations on one row of logits, as vLLM applies them: logit_bias and the penalties (batched,
+pipelines/logits_processors.py), then the grammar mask (pipelines/grammar.py), then temperature, top_k,
+top_p and min_p here. temperature 0 means greedy (the argmax of the penalized, masked logits). A seed
+makes a request's draws reproducible (same seed, same prompt, same output), independent of what else
+is in the batch, because every request draws from its own generator.
 """
 
 from __future__ import annotations
@@ -12,11 +14,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pipelines.grammar import Grammar
 from pipelines.logprobs import MAX_TOP_LOGPROBS
 
 DEFAULT_MAX_TOKENS = 512
 # Seeds are 64-bit signed integers, the range OpenAI's API and vLLM accept.
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
+MAX_N = 8                  # sequences per request (`n`); they share the prompt's KV pages
+PENALTY_RANGE = (-2.0, 2.0)  # presence_penalty and frequency_penalty, as OpenAI bounds them
+BIAS_RANGE = (-100.0, 100.0)  # logit_bias values, as OpenAI bounds them
 
 
 class SamplingError(ValueError):
@@ -43,6 +49,17 @@ class SamplingParams:
         ignore_eos: Keep generating past the model's end-of-turn token.
         logprobs: Report each generated token's log-probability with this many top alternatives
             (0 to 20); None reports none.
+        presence_penalty: OpenAI's: subtracted once from the logit of every token already generated,
+            in [-2, 2].
+        frequency_penalty: OpenAI's: subtracted per occurrence of a token already generated, in [-2, 2].
+        repetition_penalty: vLLM's (> 0): logits of tokens in the prompt or output are divided by it
+            when positive, multiplied when negative; 1 disables.
+        min_p: Drop tokens whose probability is under min_p times the most likely one's, in [0, 1].
+        logit_bias: (token id, bias in [-100, 100]) pairs added to the logits; a dict is accepted.
+        n: Sequences to generate from the prompt (1 to 8); sequence i draws with seed + i.
+        prompt_logprobs: Report the prompt tokens' log-probabilities with this many alternatives (the
+            first prompt token has none), as `echo` with `logprobs` asks; None reports none.
+        grammar: Constrain the output to a grammar (JSON, a JSON schema, tool calls); None is free.
     """
 
     temperature: float = 1.0
@@ -54,14 +71,25 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
     ignore_eos: bool = False
     logprobs: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    min_p: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    n: int = 1
+    prompt_logprobs: int | None = None
+    grammar: Grammar | None = None
 
     def __post_init__(self) -> None:
-        for name in ("temperature", "top_p"):
+        if isinstance(self.logit_bias, dict):
+            object.__setattr__(self, "logit_bias", _bias_pairs(self.logit_bias))
+        for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
+                     "min_p"):
             if not _is_number(getattr(self, name)):
                 raise SamplingError(name, f"{name} must be a number, got {getattr(self, name)!r}")
-        for name in ("top_k", "max_tokens", "seed", "logprobs"):
+        for name in ("top_k", "max_tokens", "seed", "logprobs", "n", "prompt_logprobs"):
             value = getattr(self, name)
-            if not (_is_int(value) or (value is None and name in ("seed", "logprobs"))):
+            if not (_is_int(value) or (value is None and name in ("seed", "logprobs", "prompt_logprobs"))):
                 raise SamplingError(name, f"{name} must be an integer, got {value!r}")
         if not isinstance(self.stop, tuple) or not all(isinstance(s, str) for s in self.stop):
             raise SamplingError("stop", "stop takes a string or a list of strings")
@@ -77,12 +105,36 @@ class SamplingParams:
             raise SamplingError("top_p", f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise SamplingError("top_k", f"top_k must be >= 0, got {self.top_k}")
-        if self.max_tokens < 1:
-            raise SamplingError("max_tokens", f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.max_tokens < (0 if self.prompt_logprobs is not None else 1):
+            raise SamplingError("max_tokens", f"max_tokens must be >= 1 (0 only with echo), got {self.max_tokens}")
         if len(self.stop) > 4 or any(not s for s in self.stop):
             raise SamplingError("stop", "stop takes up to 4 non-empty strings")
         if self.logprobs is not None and not (0 <= self.logprobs <= MAX_TOP_LOGPROBS):
             raise SamplingError("top_logprobs", f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {self.logprobs}")
+        if self.prompt_logprobs is not None and not (0 <= self.prompt_logprobs <= MAX_TOP_LOGPROBS):
+            raise SamplingError("logprobs", f"prompt logprobs must be in [0, {MAX_TOP_LOGPROBS}], "
+                                            f"got {self.prompt_logprobs}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not (PENALTY_RANGE[0] <= getattr(self, name) <= PENALTY_RANGE[1]):
+                raise SamplingError(name, f"{name} must be in [-2, 2], got {getattr(self, name)}")
+        if not self.repetition_penalty > 0 or self.repetition_penalty == float("inf"):
+            raise SamplingError("repetition_penalty", f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if not (0.0 <= self.min_p <= 1.0):
+            raise SamplingError("min_p", f"min_p must be in [0, 1], got {self.min_p}")
+        if not (1 <= self.n <= MAX_N):
+            raise SamplingError("n", f"n must be in [1, {MAX_N}], got {self.n}")
+        if not isinstance(self.logit_bias, tuple) or not all(
+                isinstance(p, tuple) and len(p) == 2 and _is_int(p[0]) and p[0] >= 0 and _is_number(p[1])
+                and BIAS_RANGE[0] <= p[1] <= BIAS_RANGE[1] for p in self.logit_bias):
+            raise SamplingError("logit_bias", "logit_bias maps token ids (>= 0) to biases in [-100, 100]")
+        if self.grammar is not None and not isinstance(self.grammar, Grammar):
+            raise SamplingError("response_format", f"grammar must be a Grammar, got {self.grammar!r}")
+
+    @property
+    def penalized(self) -> bool:
+        """Whether any logit_bias or penalty changes the logits (the batched processor skips the rest)."""
+        return bool(self.logit_bias) or self.presence_penalty != 0 or self.frequency_penalty != 0 \
+            or self.repetition_penalty != 1
 
     @property
     def greedy(self) -> bool:
@@ -92,11 +144,11 @@ class SamplingParams:
 class Sampler:
     """Draws one token per sequence from its logits, each sequence with its own generator."""
 
-    def __init__(self, params: SamplingParams) -> None:
+    def __init__(self, params: SamplingParams, index: int = 0) -> None:
         self.params = params
         # A negative seed is taken modulo 2**64, as torch's manual_seed (and so vLLM) takes it:
-        # -1 is one fixed seed, not "random".
-        self.rng = np.random.default_rng(None if params.seed is None else params.seed % 2**64)
+        # -1 is one fixed seed, not "random". Sequence `index` of an n > 1 request draws with seed + index.
+        self.rng = np.random.default_rng(None if params.seed is None else (params.seed + index) % 2**64)
 
     def sample(self, logits: np.ndarray) -> int:
         """Picks the next token from one row of logits [vocab]."""
@@ -119,6 +171,9 @@ class Sampler:
             mask[keep] = True
             probs = np.where(mask, probs, 0.0)
             probs /= probs.sum()
+        if p.min_p > 0.0:
+            probs = np.where(probs >= p.min_p * probs.max(), probs, 0.0)
+            probs /= probs.sum()
         return int(self.rng.choice(probs.size, p=probs))
 
 
@@ -128,6 +183,18 @@ def _is_number(v: object) -> bool:
 
 def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _bias_pairs(bias: dict) -> tuple[tuple[int, float], ...]:
+    """logit_bias as sorted (token id, bias) pairs; keys may be ints or digit strings (JSON keys)."""
+    pairs = []
+    for key, value in bias.items():
+        if isinstance(key, str) and key.strip().lstrip("-").isdigit():
+            key = int(key)
+        if not _is_int(key):
+            raise SamplingError("logit_bias", f"logit_bias keys must be token ids, got {key!r}")
+        pairs.append((key, value))
+    return tuple(sorted(pairs, key=lambda kv: kv[0]))
 
 
 def stop_ids_for(params: SamplingParams, model_eos: Sequence[int]) -> frozenset[int]:

@@ -4,7 +4,9 @@ Every step decodes one token for every running request that finished its prompt,
 of a per-step token budget on prompts (chunked, first come first served), admitting waiting requests
 while the batch and the KV cache have room. A request reserves KV pages for its prompt plus max_tokens
 when admitted, so a running request can never run out of cache: when the cache is full, new requests
-wait (never crash, never evict). Pure Python: testable without a model.
+wait (never crash, never evict). With prefix caching a prompt's cached pages are shared and its cached
+tokens skipped (`note_cached`); the reservation stays the full length, so sharing never overcommits.
+Pure Python: testable without a model.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.reserved_pages = 0
+        self.cached_tokens = 0  # prompt tokens whose KV pages came from the prefix cache, since start
 
     def fits_ever(self, request: Request) -> bool:
         """Whether the request could run on an empty cache at all."""
@@ -104,6 +107,15 @@ class Scheduler:
             plan.append(StepEntry(req, n, n == len(req.prompt_ids)))
             budget -= n
         return plan
+
+    def note_cached(self, entry: StepEntry, cached: int, active: int) -> StepEntry:
+        """Counts prompt tokens found in the prefix cache while preparing `entry`; returns the entry that
+        really runs: `active` new tokens after the `cached` ones, sampling if they end the prompt."""
+        req = entry.request
+        req.prefilled += cached
+        req.cached_tokens += cached
+        self.cached_tokens += cached
+        return StepEntry(req, active, req.prefilled + active == len(req.prompt_ids))
 
     def finish(self, request: Request) -> None:
         """Removes a running or waiting request and returns its reservation."""

@@ -22,14 +22,17 @@ from dataclasses import dataclass, field
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from jinja2 import TemplateError
 
 from crucible.core.registry import DEFAULT_MODEL
 from crucible.core.errors import INTERNAL_ERROR, debug, debug_hint, exit_status, one_line
+from pipelines.grammar import GrammarError
+from pipelines.request import Request as EngineRequest
 from serve.engine_bridge import EngineBridge, EngineDead, QueueFull
 from pipelines.scheduler import DEFAULT_CPU_BATCH
 from serve.metrics import Metrics
-from serve.protocol import (APIError, full_response, logprobs_object, new_id, parse_request, stream_chunk,
-                            usage)
+from serve.choices import Choice, choice_object, stream_delta
+from serve.protocol import APIError, envelope, new_id, parse_request, usage
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class ServerConfig:
         api_key: When set, /v1/* needs "Authorization: Bearer <key>".
         kv_cache_gib: KV cache memory.
         activations: "f32" or "q8" (int8 activations in the CPU decode matmuls).
+        prefix_caching: Reuse the KV pages of cached prompt prefixes.
     """
 
     model: str = DEFAULT_MODEL
@@ -57,6 +61,7 @@ class ServerConfig:
     api_key: str | None = None
     kv_cache_gib: float = 1.0
     activations: str = "f32"
+    prefix_caching: bool = True
 
 
 @dataclass
@@ -93,7 +98,7 @@ def _make_engine(cfg: ServerConfig):
 
     return LLMEngine(EngineConfig(model=cfg.model, device=cfg.device, max_batch_size=cfg.max_batch_size,
                                   max_step_tokens=max(512, cfg.max_batch_size), kv_cache_gib=cfg.kv_cache_gib,
-                                  activations=cfg.activations))
+                                  activations=cfg.activations, prefix_caching=cfg.prefix_caching))
 
 
 def _load(state: ServerState, engine=None) -> None:
@@ -191,123 +196,151 @@ def create_app(config: ServerConfig, load_in_background: bool = True, engine=Non
             raise APIError(400, "malformed JSON body: nested too deeply", code="invalid_json") from None
 
     async def generate(request: Request, kind: str) -> Response:
-        from dataclasses import replace
-
-        from crucible.core.tokenizer import encode_prompt
-        from pipelines.engine import ContextLengthError
+        from pipelines.openai_request import prompt_jobs
 
         bridge = state.bridge
         engine = bridge.engine
-        limit = engine.max_seq_len
-        req = parse_request(await read_json(request), kind, limit)
+        req = parse_request(await read_json(request), kind, engine.max_seq_len)
         if req.model not in (state.model_name, config.model):
             raise APIError(404, f"the model '{req.model}' does not exist; this server serves '{state.model_name}'",
                            param="model", code="model_not_found")
         tok = engine.tokenizer
-        ids = encode_prompt(tok, req.messages) if req.kind == "chat" else encode_prompt(tok, req.prompt, chat=False)
-        params = req.params
-        if not req.max_tokens_given:  # up to the context; the engine refuses a prompt that fills it
-            params = replace(params, max_tokens=max(1, min(params.max_tokens, limit - len(ids))))
-        rid = new_id(kind)
+        n_seqs = req.params.n * (1 if kind == "chat" else len(req.prompts))
+        if n_seqs > config.max_in_flight:  # could never be admitted: 429 would have the client retry forever
+            raise APIError(400, f"n x prompts = {n_seqs} sequences, more than this server runs at once "
+                                f"({config.max_in_flight})", param="n", code="invalid_value")
         try:
-            engine_req, queue = bridge.submit(ids, params, request_id=rid)
-        except ContextLengthError as exc:
-            param = ("messages" if kind == "chat" else "prompt") if exc.prompt_alone else "max_tokens"
-            raise APIError(400, str(exc), param=param, code="context_length_exceeded") from exc
-        except EngineDead:
-            raise APIError(503, "the engine has stopped; the server is shutting down", code="engine_stopped",
-                           type_="server_error") from None
-        except QueueFull:
-            raise APIError(429, "too many requests in flight; retry shortly", code="rate_limit_exceeded",
-                           type_="rate_limit_error", headers={"Retry-After": "1"}) from None
-        except ValueError as exc:
-            raise APIError(400, str(exc), code="invalid_value") from exc
+            # Off the event loop: tokenizing many prompts, or a first grammar (llguidance builds its view of
+            # the vocabulary), takes long enough to stall every stream.
+            jobs = await asyncio.to_thread(prompt_jobs, tok, req, engine.max_seq_len)
+            if req.params.grammar is not None:
+                await asyncio.to_thread(engine.grammars.compile, req.params.grammar)
+        except GrammarError as exc:
+            param = "response_format" if req.tool_choice in ("none", "auto") else "tools"
+            raise APIError(400, f"unsupported {param}: {exc}", param=param, code="unsupported_schema") from exc
+        except (ValueError, TypeError, TemplateError) as exc:  # e.g. a chat template that refuses the roles' order
+            raise APIError(400, f"cannot build the prompt: {one_line(exc)}", param="messages" if kind == "chat"
+                           else "prompt") from exc
+        rid = new_id(kind)
+        choices, queue = _submit(req, jobs, rid)
         headers = {"X-Crucible-Kernels": state.kernels_header}
 
         def token_text(token_id: int) -> str:
             return tok.decode([token_id])
 
+        def decode(ids: list[int]) -> str:
+            return tok.decode(ids, skip_special_tokens=True)
+
         if req.stream:
-            return StreamingResponse(_stream(request, req, rid, engine_req, queue, token_text),
+            return StreamingResponse(_stream(request, req, rid, choices, queue, token_text, decode),
                                      media_type="text/event-stream", headers=headers)
-        parts, entries, out = [], [], None
         try:
-            while True:
-                out = await queue.get()
-                parts.append(out.text_delta)
-                entries.extend(out.logprobs)
-                if out.finished:
-                    break
+            await _gather(choices, queue)
         except asyncio.CancelledError:
-            bridge.abort(engine_req.request_id)
+            for c in choices.values():
+                bridge.abort(c.request_id)
             raise
-        if out.finish_reason == "error":
-            raise APIError(500, out.error or "generation failed", type_="server_error")
-        _record(engine_req, out)
-        logprobs = None if params.logprobs is None else logprobs_object(req.kind, entries, token_text)
-        body = full_response(req, rid, state.model_name, "".join(parts), out.finish_reason, out.prompt_tokens,
-                             out.completion_tokens, state.fingerprint, logprobs)
+        failed = next((c.choice.last for c in choices.values() if c.choice.last.finish_reason == "error"), None)
+        if failed is not None:
+            raise APIError(500, failed.error or "generation failed", type_="server_error")
+        for c in choices.values():
+            _record(c)
+        body = envelope(req, rid, state.model_name, state.fingerprint,
+                        [choice_object(req, c.choice, token_text, decode) for c in choices.values()])
+        body["usage"] = _usage(choices)
         return JSONResponse(body, headers=headers)
 
-    def _record(engine_req, out) -> None:
-        state.metrics.tokens(out.prompt_tokens, out.completion_tokens)
+    def _submit(req, jobs: list, rid: str) -> tuple[dict[str, _Seq], asyncio.Queue]:
+        """Submits every prompt's n sequences; on any failure the ones already submitted are aborted."""
+        from pipelines.engine import ContextLengthError
+
+        bridge = state.bridge
+        seqs: dict[str, _Seq] = {}
+        queue: asyncio.Queue = asyncio.Queue()
+        try:
+            for p, (ids, params) in enumerate(jobs):
+                sub_id = rid if len(jobs) == 1 else f"{rid}-p{p}"
+                engine_reqs, _ = bridge.submit(ids, params, request_id=sub_id, queue=queue)
+                for r in engine_reqs:
+                    seqs[r.request_id] = _Seq(r, Choice(p * params.n + r.index, ids))
+        except BaseException as exc:
+            for s in seqs.values():
+                bridge.abort(s.request_id)
+            if isinstance(exc, ContextLengthError):
+                param = ("messages" if req.kind == "chat" else "prompt") if exc.prompt_alone else "max_tokens"
+                raise APIError(400, str(exc), param=param, code="context_length_exceeded") from exc
+            if isinstance(exc, EngineDead):
+                raise APIError(503, "the engine has stopped; the server is shutting down", code="engine_stopped",
+                               type_="server_error") from None
+            if isinstance(exc, QueueFull):
+                raise APIError(429, "too many requests in flight; retry shortly", code="rate_limit_exceeded",
+                               type_="rate_limit_error", headers={"Retry-After": "1"}) from None
+            if isinstance(exc, ValueError):
+                raise APIError(400, str(exc), code="invalid_value") from exc
+            raise
+        return seqs, queue
+
+    async def _gather(seqs: dict[str, _Seq], queue: asyncio.Queue) -> None:
+        """Feeds each sequence's outputs to its choice until every sequence has finished."""
+        pending = len(seqs)
+        while pending:
+            out = await queue.get()
+            seqs[out.request_id].choice.add(out)
+            pending -= out.finished
+
+    def _usage(seqs: dict[str, _Seq]) -> dict:
+        # Prompt tokens, and the cached ones, count once per prompt (its first sequence), as OpenAI bills n > 1.
+        firsts = [s.engine_req for s in seqs.values() if s.engine_req.index == 0]
+        return usage(sum(len(r.prompt_ids) for r in firsts), sum(len(s.engine_req.output_ids) for s in seqs.values()),
+                     sum(r.cached_tokens for r in firsts))
+
+    def _record(seq: _Seq) -> None:
+        out, engine_req = seq.choice.last, seq.engine_req
+        state.metrics.tokens(out.prompt_tokens if engine_req.index == 0 else 0, out.completion_tokens)
         if engine_req.first_token_time is not None:
             state.metrics.ttft(engine_req.first_token_time - engine_req.arrival)
 
-    async def _stream(request: Request, req, rid: str, engine_req, queue: asyncio.Queue,
-                      token_text: Callable[[int], str]):
+    async def _stream(request: Request, req, rid: str, seqs: dict[str, _Seq], queue: asyncio.Queue,
+                      token_text: Callable[[int], str], decode: Callable[[list[int]], str]):
         bridge = state.bridge
-        finished = False
-        offset = 0  # completion characters already reported in logprobs' text_offset
+        pending = set(seqs)
 
-        def content(out) -> str | None:
-            # A chunk for the step's text and, when asked for, its tokens' logprobs (a token whose text
-            # is held back, e.g. a possible stop string, still reports its logprob when it is drawn).
-            nonlocal offset
-            if not out.text_delta and not out.logprobs:
-                return None
-            lp = None
-            if req.params.logprobs is not None and out.logprobs:
-                lp = logprobs_object(req.kind, out.logprobs, token_text, offset)
-                if req.kind == "completion":
-                    offset += sum(len(t) for t in lp["tokens"])
-            return _sse(stream_chunk(req, rid, state.model_name, out.text_delta, None, state.fingerprint,
-                                     logprobs=lp))
+        def chunk(items: list[dict]) -> str:
+            return _sse(envelope(req, rid, state.model_name, state.fingerprint, items, stream=True))
 
         try:
-            yield _sse(stream_chunk(req, rid, state.model_name, "" if req.kind == "completion" else None, None,
-                                    state.fingerprint, first=True))
-            while True:
+            first = [{"index": s.choice.index, "delta": {"role": "assistant", "content": ""}, "finish_reason": None,
+                      "logprobs": None} if req.kind == "chat" else
+                     {"index": s.choice.index, "text": "", "finish_reason": None, "logprobs": None}
+                     for s in seqs.values()]
+            yield chunk(first)
+            while pending:
                 try:
                     out = await asyncio.wait_for(queue.get(), timeout=1.0)
                 except asyncio.TimeoutError:
                     if await request.is_disconnected():
                         return
                     continue
+                seq = seqs[out.request_id]
+                seq.choice.add(out)
                 if out.finished:
-                    finished = True
-                    if (chunk := content(out)) is not None:
-                        yield chunk
-                    reason = out.finish_reason if out.finish_reason in ("stop", "length") else "stop"
+                    pending.discard(out.request_id)
+                    _record(seq)
                     if out.finish_reason == "error":
                         yield _sse({"error": {"message": out.error, "type": "server_error", "param": None,
                                               "code": None}})
-                    else:
-                        yield _sse(stream_chunk(req, rid, state.model_name, None, reason, state.fingerprint))
-                    _record(engine_req, out)
-                    if req.include_usage:
-                        chunk = stream_chunk(req, rid, state.model_name, None, None, state.fingerprint)
-                        chunk["choices"] = []
-                        chunk["usage"] = usage(out.prompt_tokens, out.completion_tokens)
-                        yield _sse(chunk)
-                    yield "data: [DONE]\n\n"
-                    return
-                if (chunk := content(out)) is not None:
-                    yield chunk
+                        return
+                for item in stream_delta(req, seq.choice, out, token_text, decode):
+                    yield chunk([item])
+            if req.include_usage:
+                last = envelope(req, rid, state.model_name, state.fingerprint, [], stream=True)
+                last["usage"] = _usage(seqs)
+                yield _sse(last)
+            yield "data: [DONE]\n\n"
         finally:
             # Client gone (or any exit before the end): stop the generation and free its KV pages.
-            if not finished:
-                bridge.abort(engine_req.request_id)
+            for rid_ in pending:
+                bridge.abort(rid_)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
@@ -364,10 +397,23 @@ def create_app(config: ServerConfig, load_in_background: bool = True, engine=Non
                 "crucible_kv_cache_pages_used": load.pages_used,
                 "crucible_kv_cache_pages_total": load.pages_total,
                 "crucible_kv_cache_usage_ratio": load.pages_used / max(1, load.pages_total),
+                "crucible_prefix_cache_hit_tokens": load.cached_tokens,
             })
         return PlainTextResponse(state.metrics.render(gauges), media_type="text/plain; version=0.0.4")
 
     return app
+
+
+@dataclass(frozen=True)
+class _Seq:
+    """One sequence of a response: the engine's request and the choice it fills."""
+
+    engine_req: EngineRequest
+    choice: Choice
+
+    @property
+    def request_id(self) -> str:
+        return self.engine_req.request_id
 
 
 def _sse(obj: dict) -> str:

@@ -63,25 +63,28 @@ class EngineBridge:
         self._thread.start()
 
     def submit(self, prompt_ids: Sequence[int], params: SamplingParams,
-               request_id: str | None = None) -> tuple[Request, asyncio.Queue]:
-        """Queues a request; returns it and the queue its RequestOutputs arrive on.
+               request_id: str | None = None,
+               queue: asyncio.Queue | None = None) -> tuple[list[Request], asyncio.Queue]:
+        """Queues a request's params.n sequences; returns them and the queue their RequestOutputs
+        arrive on (one queue for all of them, or `queue` when given: a request with several prompts).
 
         Raises:
-            QueueFull: Too many requests in flight.
+            QueueFull: Too many sequences in flight.
             EngineDead: The engine thread has stopped.
-            ValueError: The request cannot run (too long, bad token ids).
+            ValueError: The request cannot run (too long, bad token ids, a grammar it cannot compile).
         """
         loop = asyncio.get_running_loop()
+        queue = queue if queue is not None else asyncio.Queue()
         with self._lock:
             if not self.alive:
                 raise EngineDead(f"the engine has stopped: {self.error!r}")
-            if len(self._streams) >= self.max_in_flight:
+            if len(self._streams) + params.n > self.max_in_flight:
                 raise QueueFull
-            req = self.engine.submit(prompt_ids, params, request_id)
-            queue: asyncio.Queue = asyncio.Queue()
-            self._streams[req.request_id] = _Stream(loop, queue)
+            reqs = self.engine.submit_n(prompt_ids, params, request_id)
+            for req in reqs:
+                self._streams[req.request_id] = _Stream(loop, queue)
         self._wake.set()
-        return req, queue
+        return reqs, queue
 
     def abort(self, request_id: str) -> None:
         self.engine.abort(request_id)

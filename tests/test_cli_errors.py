@@ -80,3 +80,10 @@ def test_a_bug_is_one_line_and_status_1(capsys: pytest.CaptureFixture[str], monk
     status, err = _run(["models"], capsys)
     line = _one_line(err)
     assert status == 1 and "KeyError" in line and "CRUCIBLE_DEBUG=1" in line
+
+
+def test_serve_takes_no_prefix_caching() -> None:
+    from crucible.cli import build_parser
+
+    assert build_parser().parse_args(["serve"]).prefix_caching is True
+    assert build_parser().parse_args(["serve", "--no-prefix-caching"]).prefix_caching is False

@@ -125,3 +125,34 @@ def test_batch_exit_status_says_whether_a_row_failed(tmp_path: Path, monkeypatch
     for errors, status in ((0, 0), (1, 1)):
         assert cli.main(["batch", str(src), str(tmp_path / "out.jsonl")]) == status
     assert cli.main(["batch", str(tmp_path / "missing.jsonl"), str(tmp_path / "out.jsonl")]) == 2
+
+
+def test_rows_take_the_http_api_fields_with_the_same_checks(make_engine, tmp_path: Path) -> None:
+    """Tools, response_format, n and penalties in batch rows; unknown or out-of-range fields are error rows
+    that name the field, as the HTTP API's 400s do."""
+    tools = [{"type": "function", "function": {"name": "pick", "parameters": {
+        "type": "object", "properties": {"unit": {"enum": ["C", "F"]}}, "required": ["unit"],
+        "additionalProperties": False}}}]
+    rows = [
+        {"id": "json", "prompt": "A city?", "max_tokens": 60, "temperature": 0,
+         "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": {
+             "type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+             "additionalProperties": False}}}},
+        {"id": "tool", "messages": [{"role": "user", "content": "Unit?"}], "tools": tools, "tool_choice": "required",
+         "max_tokens": 60, "temperature": 0},
+        {"id": "n3", "prompt": "Hi", "n": 3, "max_tokens": 3, "temperature": 0.9, "seed": 4, "frequency_penalty": 1},
+        {"id": "unknown", "prompt": "Hi", "reasoning_effort": "low"},
+        {"id": "penalty", "prompt": "Hi", "presence_penalty": 2.5},
+        {"id": "stream", "prompt": "Hi", "stream": True},
+    ]
+    out = tmp_path / "out.jsonl"
+    s = run_batch(Generator(engine=make_engine(max_batch_size=8)), _write(tmp_path / "in.jsonl", rows), out,
+                  progress=None)
+    got = _read(out)
+    assert s.completed == 3 and s.errors == 3
+    assert json.loads(got["json"]["text"]) in ({"ok": True}, {"ok": False})
+    assert got["tool"]["finish_reason"] == "tool_calls" and got["tool"]["tool_calls"][0]["function"]["name"] == "pick"
+    assert len(got["n3"]["choices"]) == 3 and all(c["completion_tokens"] == 3 for c in got["n3"]["choices"])
+    assert "reasoning_effort" in got["unknown"]["error"]
+    assert "presence_penalty" in got["penalty"]["error"]
+    assert "stream" in got["stream"]["error"]

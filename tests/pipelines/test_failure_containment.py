@@ -36,10 +36,10 @@ def _plant(stage: str, engine, monkeypatch: pytest.MonkeyPatch) -> None:
     if stage == "admission":
         real = engine_mod.Sampler
 
-        def sampler(params):
+        def sampler(params, index=0):
             if MARK in params.stop:
                 raise Injected("admission")
-            return real(params)
+            return real(params, index)
 
         monkeypatch.setattr(engine_mod, "Sampler", sampler)
     elif stage in ("alloc", "kv_step"):

@@ -15,11 +15,15 @@ COMPLETION = {"model": "m", "prompt": "hi"}
 BOUNDS = {
     "temperature": (0, 2, -1e-9, 2 + 1e-9),
     "top_p": (1e-9, 1, 0, 1 + 1e-9),
-    "top_k": (0, 1_000_000, -1, 1_000_001),
+    "top_k": (-1, 1_000_000, -2, 1_000_001),  # -1: vLLM's "off"
     "seed": (-(2**63), 2**63 - 1, -(2**63) - 1, 2**63),
     "max_tokens": (1, CTX, 0, CTX + 1),
     "max_completion_tokens": (1, CTX, 0, CTX + 1),
-    "n": (1, 1, 0, 2),
+    "n": (1, 8, 0, 9),
+    "presence_penalty": (-2, 2, -2 - 1e-9, 2 + 1e-9),
+    "frequency_penalty": (-2, 2, -2 - 1e-9, 2 + 1e-9),
+    "min_p": (0, 1, -1e-9, 1 + 1e-9),
+    "repetition_penalty": (1e-9, 100, 0, 100 + 1e-9),
 }
 
 
@@ -76,25 +80,45 @@ def test_booleans_must_be_booleans(field: str, value: object) -> None:
     assert err.value.status == 400
 
 
-@pytest.mark.parametrize("field,asks,neutral", [
-    ("tools", [{"type": "function", "function": {"name": "f"}}], []),
-    ("tool_choice", "auto", "none"),
-    ("response_format", {"type": "json_object"}, {"type": "text"}),
-    ("presence_penalty", 0.5, 0),
-    ("frequency_penalty", 2.0, 0.0),
-    ("repetition_penalty", 1.2, 1),
-    ("min_p", 0.1, 0),
-    ("logit_bias", {"42": 5}, {}),
-    ("best_of", 2, 1),
-])
-def test_unimplemented_fields_are_refused_unless_neutral(field: str, asks: object, neutral: object) -> None:
-    """No silently ignored input: a field the server does not implement is a 400 that names it, unless
-    its value asks for nothing (as SDKs send by default)."""
-    parse_request({**CHAT, field: neutral}, "chat", CTX)
-    parse_request({**CHAT, field: None}, "chat", CTX)
+@pytest.mark.parametrize("kind,body", [("chat", CHAT), ("completion", COMPLETION)])
+@pytest.mark.parametrize("field,value", [("foo", 1), ("reasoning_effort", "low"), ("prediction", {}),
+                                         ("service_tier", "auto")])
+def test_unknown_fields_are_a_400_that_names_them(kind: str, body: dict, field: str, value: object) -> None:
+    """No silently ignored input: a field the server does not implement is a 400 that names it."""
     with pytest.raises(APIError) as err:
-        parse_request({**CHAT, field: asks}, "chat", CTX)
-    assert err.value.status == 400 and err.value.param == field and err.value.code == "unsupported"
+        parse_request({**body, field: value}, kind, CTX)
+    assert err.value.status == 400 and err.value.param == field and err.value.code == "unknown_parameter"
+
+
+@pytest.mark.parametrize("field", ["user", "metadata", "store"])
+def test_openai_metadata_fields_are_accepted(field: str) -> None:
+    parse_request({**CHAT, field: {"a": "b"} if field == "metadata" else ("u1" if field == "user" else True)},
+                  "chat", CTX)
+
+
+@pytest.mark.parametrize("body,kind,param", [
+    ({**COMPLETION, "best_of": 2}, "completion", "best_of"),
+    ({**COMPLETION, "suffix": "end"}, "completion", "suffix"),
+    ({**CHAT, "functions": [{"name": "f"}]}, "chat", "functions"),
+    ({**CHAT, "function_call": "auto"}, "chat", "function_call"),
+    ({**CHAT, "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+     "chat", "messages[0].content[0]"),
+])
+def test_unsupported_values_are_refused_by_name(body: dict, kind: str, param: str) -> None:
+    with pytest.raises(APIError) as err:
+        parse_request(body, kind, CTX)
+    assert err.value.status == 400 and err.value.param == param and err.value.code == "unsupported"
+
+
+@pytest.mark.parametrize("bias,ok", [({"42": 100}, True), ({"42": -100}, True), ({"42": 100.5}, False),
+                                     ({"x": 1}, False), ({"42": "1"}, False), ([1], False)])
+def test_logit_bias_bounds(bias: object, ok: bool) -> None:
+    if ok:
+        assert parse_request({**CHAT, "logit_bias": bias}, "chat", CTX).params.logit_bias == ((42, bias["42"]),)
+        return
+    with pytest.raises(APIError) as err:
+        parse_request({**CHAT, "logit_bias": bias}, "chat", CTX)
+    assert err.value.param == "logit_bias"
 
 
 def test_the_developer_role_is_a_system_message() -> None:
