@@ -29,8 +29,14 @@ def _human_size(n: int) -> str:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    """Prints the registry's models, where each is installed and its size."""
-    del args
+    """Prints what each named model holds, or the registry's models, where each is installed and its size."""
+    from crucible.core.registry import resolve_model
+    from graphs.inventory import inventory
+
+    if args.models:  # one line each, from the file headers: architecture, parameters, tensor types, bytes
+        for name in args.models:
+            print(inventory(resolve_model(name)).line())
+        return 0
     for row in list_models():
         print(f"{row.name}  {row.description}")
         if row.path is None:
@@ -53,11 +59,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from graphs.model import CrucibleModel, ModelOptions
 
     source = resolve_model(args.model)
-    start = time.perf_counter()
     model = CrucibleModel(source, ModelOptions(device=args.device, activations=args.activations))
     tokenizer = load_tokenizer(source)
-    print(f"[crucible] loaded {source.name} ({source.format}) in {time.perf_counter() - start:.1f}s; "
-          f"kernels {model.provenance['kernel_build']}, hot-path fallbacks: "
+    print(f"[crucible] {model.load_line()}; kernels {model.provenance['kernel_build']}, hot-path fallbacks: "
           f"{model.provenance['hot_path_fallbacks'] or 'none'}", file=sys.stderr)
     ids = encode_prompt(tokenizer, args.prompt, chat=not args.raw)
     start = time.perf_counter()
@@ -81,6 +85,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"input file {in_path} does not exist")
     gen = Generator(args.model, device=args.device, max_batch_size=args.max_batch_size,
                     activations=args.activations)
+    print(f"[crucible] {gen.engine.model.load_line()}", file=sys.stderr)
     s = run_batch(gen, in_path, out_path, raw=args.raw)
     print(f"[batch] {s.completed} rows generated, {s.errors} errors, {s.skipped} already done; "
           f"{s.completion_tokens} tokens in {s.seconds:.1f}s "
@@ -305,7 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"crucible {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    p = sub.add_parser("models", help="list the models Crucible can load by name, and where they are")
+    p = sub.add_parser("models", help="list the models Crucible can load by name, or what MODEL files hold")
+    p.add_argument("models", nargs="*", metavar="MODEL",
+                   help="registry names or paths: print architecture, parameters, tensors per type, bytes")
     p.set_defaults(func=cmd_models)
 
     p = sub.add_parser("generate", help="answer one prompt on the embedded model (or --model) with our kernels")

@@ -1,8 +1,9 @@
 """One frozen model configuration for the Llama family, read from a Hugging Face config.json or from GGUF
 metadata.
 
-Supported architectures: Llama (2, 3, SmolLM2, Mistral-style: no biases, optional llama3 rope scaling)
-and Qwen2 (q/k/v biases). Anything else is rejected by name, never guessed.
+Supported architectures: Llama (2, 3, SmolLM2, Mistral-style: no biases, optional llama3 rope scaling),
+Qwen2 (q/k/v biases) and Qwen3 (RMSNorm of each q and k head before rope, head_dim of its own). Anything
+else is rejected by name, never guessed.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ import numpy as np
 from crucible.core.errors import UnsupportedModelError  # noqa: F401 - raised here, re-exported
 from crucible.core.registry import ModelSource
 
-Arch = Literal["llama", "qwen2"]
+Arch = Literal["llama", "qwen2", "qwen3"]
 HF_ARCHITECTURES: dict[str, Arch] = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "llama",
     "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
 }
-GGUF_ARCHITECTURES: dict[str, Arch] = {"llama": "llama", "qwen2": "qwen2"}
+GGUF_ARCHITECTURES: dict[str, Arch] = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class ModelConfig:
     """Everything the graph builder needs about a model.
 
     Attributes:
-        arch: "llama" or "qwen2".
+        arch: "llama", "qwen2" or "qwen3".
         vocab_size: Embedding rows.
         hidden_size: Model width H.
         intermediate_size: MLP width I.
@@ -59,6 +61,9 @@ class ModelConfig:
         max_position_embeddings: Context length.
         bos_token_id: Beginning-of-sequence id, if any.
         eos_token_ids: End ids (the model's end-of-turn token among them).
+        rope_freq_factors: [D/2] divisors of the rotary frequencies, llama.cpp's form of Llama 3.1/3.2
+            scaling (the GGUF tensor rope_freqs.weight), or None.
+        qk_norm: Each head of q and k goes through an RMSNorm (weights [D]) before rope (Qwen3).
     """
 
     arch: Arch
@@ -78,6 +83,8 @@ class ModelConfig:
     max_position_embeddings: int
     bos_token_id: int | None
     eos_token_ids: tuple[int, ...]
+    rope_freq_factors: tuple[float, ...] | None = None
+    qk_norm: bool = False
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads:
@@ -87,12 +94,17 @@ class ModelConfig:
             raise UnsupportedModelError(f"head_dim {self.head_dim} is not supported (64 or 128)")
         if self.num_layers < 1 or self.hidden_size < 1:
             raise UnsupportedModelError("a model needs at least one layer and a positive width")
+        if self.rope_freq_factors is not None and len(self.rope_freq_factors) != self.head_dim // 2:
+            raise UnsupportedModelError(f"rope_freqs.weight has {len(self.rope_freq_factors)} factors; "
+                                        f"head_dim {self.head_dim} needs {self.head_dim // 2}")
 
     def inv_freq(self) -> np.ndarray:
         """[D/2] float32 inverse rotary frequencies, computed in float32 as transformers does."""
         d = self.head_dim
         exponent = np.arange(0, d, 2, dtype=np.int64).astype(np.float32) / np.float32(d)
         inv = (np.float32(1.0) / np.power(np.float32(self.rope_theta), exponent)).astype(np.float32)
+        if self.rope_freq_factors is not None:  # llama.cpp: theta = pos * inv_freq / factor
+            return (inv / np.asarray(self.rope_freq_factors, dtype=np.float32)).astype(np.float32)
         s = self.rope_scaling
         if s is None:
             return inv
@@ -160,10 +172,11 @@ def config_from_hf(folder: Path) -> ModelConfig:
         rope_interleaved=False,
         rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
         tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
-        qkv_bias=arch == "qwen2",
+        qkv_bias=arch == "qwen2" or (arch == "qwen3" and bool(raw.get("attention_bias"))),
         max_position_embeddings=int(raw.get("max_position_embeddings", 4096)),
         bos_token_id=raw.get("bos_token_id"),
         eos_token_ids=eos,
+        qk_norm=arch == "qwen3",
     )
 
 
@@ -186,9 +199,12 @@ def config_from_gguf(reader) -> ModelConfig:
     vocab = field(f"{p}.vocab_size") or len(field("tokenizer.ggml.tokens") or [])
     if arch == "llama" and field(f"{p}.rope.scaling.type") not in (None, "none"):
         raise UnsupportedModelError(f"GGUF rope scaling {field(f'{p}.rope.scaling.type')!r} is not supported")
-    if "rope_freqs.weight" in names:  # llama.cpp's form of Llama 3.1/3.2 frequency scaling: refused, not ignored
-        raise UnsupportedModelError("GGUF RoPE frequency factors (rope_freqs.weight, Llama 3.1/3.2 scaling) are "
-                                    "not supported yet; the Hugging Face folder of the model is")
+    factors = None
+    if "rope_freqs.weight" in names:  # llama.cpp's form of Llama 3.1/3.2 frequency scaling
+        t = next(t for t in reader.tensors if t.name == "rope_freqs.weight")
+        if t.tensor_type.name != "F32":
+            raise UnsupportedModelError(f"rope_freqs.weight has GGUF type {t.tensor_type.name}; expected F32")
+        factors = tuple(float(x) for x in np.asarray(t.data, dtype=np.float32).reshape(-1))
     return ModelConfig(
         arch=arch,
         vocab_size=int(vocab),
@@ -197,7 +213,8 @@ def config_from_gguf(reader) -> ModelConfig:
         num_layers=int(field(f"{p}.block_count")),
         num_heads=heads,
         num_kv_heads=int(field(f"{p}.attention.head_count_kv", heads)),
-        head_dim=int(field(f"{p}.rope.dimension_count", hidden // heads)),
+        # Qwen3 writes its head width as key_length (it is not hidden / heads there)
+        head_dim=int(field(f"{p}.attention.key_length") or field(f"{p}.rope.dimension_count", hidden // heads)),
         rope_theta=float(field(f"{p}.rope.freq_base", 10000.0)),
         rope_scaling=None,
         # llama.cpp's converter permutes Llama q/k rows to interleaved rotary pairs; Qwen2 stays NeoX.
@@ -208,6 +225,8 @@ def config_from_gguf(reader) -> ModelConfig:
         max_position_embeddings=int(field(f"{p}.context_length", 4096)),
         bos_token_id=field("tokenizer.ggml.bos_token_id"),
         eos_token_ids=_eos_ids(field("tokenizer.ggml.eos_token_id")),
+        rope_freq_factors=factors,
+        qk_norm="blk.0.attn_q_norm.weight" in names,
     )
 
 

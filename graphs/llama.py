@@ -5,7 +5,8 @@ MAX's paged cache (one op) -> paged attention -> output projection -> residual a
 -> fused gate|up projection -> silu_mul -> down projection, whose residual add is fused into the next
 norm (the next layer's, or the final norm). Then the lm_head, only for the rows whose logits are
 wanted. Every matmul (float or GGUF blocks), attention, rmsnorm, rope and silu_mul is a crucible.* op;
-MAX built-ins only reshape, gather and add a Qwen2 bias. Fusing the residual adds and the
+MAX built-ins only reshape, slice, gather and add a Qwen2 bias. Qwen3 normalizes each q and k head
+(crucible.rmsnorm over [T * heads, D] rows) between the projection and the rope op. Fusing the residual adds and the
 split/rope/cache-write step takes 5 kernel launches out of each layer (~2 us each on the CPU, where a
 batch-1 decode step launches ~14 per layer).
 
@@ -60,6 +61,14 @@ def _project(x: TensorValue, bound: tuple[Linear, TensorValue, TensorValue | Non
     return y + b if b is not None else y
 
 
+def _project_parts(x: TensorValue, name: str, parts: tuple[Linear, ...], binder: _WeightBinder,
+                   act: K.ActQuant) -> TensorValue:
+    # x: [T, K] -> [T, sum of N]: one matmul for a fused projection, one per part when types are mixed
+    if len(parts) == 1:
+        return _project(x, binder.linear(name, parts[0]), act)
+    return ops.concat([_project(x, binder.linear(f"{name}.{j}", lin), act) for j, lin in enumerate(parts)], axis=1)
+
+
 def _residual_norm(h: TensorValue, pending: TensorValue | None, weight: TensorValue,
                    eps: float) -> tuple[TensorValue, TensorValue]:
     # h: [T, H] residual stream; pending: [T, H] branch output not yet added to it (None: nothing).
@@ -67,6 +76,17 @@ def _residual_norm(h: TensorValue, pending: TensorValue | None, weight: TensorVa
     if pending is None:
         return h, K.rmsnorm(h, weight, eps)
     return K.add_rmsnorm(h, pending, weight, eps)
+
+
+def _qk_norm(qkv: TensorValue, q_w: TensorValue, k_w: TensorValue, hq: int, hkv: int, d: int,
+             eps: float) -> TensorValue:
+    # qkv: [T, (Hq + 2 Hkv) D] -> the same with every q and k head RMS-normalized over D (Qwen3), before
+    # the rope/cache-write op; v passes through.
+    n_tokens = qkv.shape[0]
+    q = K.rmsnorm(ops.reshape(qkv[:, : hq * d], [-1, d]), q_w, eps)  # [T Hq, D]
+    k = K.rmsnorm(ops.reshape(qkv[:, hq * d: (hq + hkv) * d], [-1, d]), k_w, eps)  # [T Hkv, D]
+    return ops.concat([ops.reshape(q, [n_tokens, hq * d]), ops.reshape(k, [n_tokens, hkv * d]),
+                       qkv[:, (hq + hkv) * d:]], axis=1)
 
 
 def _single_device_kv(unflattened):
@@ -126,13 +146,16 @@ def build_graph(cfg: ModelConfig, weights: ModelWeights, kv_params, device: Devi
         for i, layer in enumerate(weights.layers):
             p = f"layers.{i}."
             h, x = _residual_norm(h, mlp_out, binder.add(p + "attn_norm", layer.attn_norm), eps)
-            qkv = _project(x, binder.linear(p + "qkv", layer.qkv), activations)  # [T, (Hq + 2 Hkv) D]
+            qkv = _project_parts(x, p + "qkv", layer.qkv, binder, activations)  # [T, (Hq + 2 Hkv) D]
+            if layer.q_norm is not None:
+                qkv = _qk_norm(qkv, binder.add(p + "q_norm", layer.q_norm), binder.add(p + "k_norm", layer.k_norm),
+                               hq, hkv, d, eps)
             q = K.qkv_rope_write(qkv, kv.kv_blocks, inv_freq, offsets, kv.cache_lengths, kv.lookup_table, i,
                                  hq, d, cfg.rope_interleaved)  # [T, Hq, D]
             attn = K.attention_paged(q, kv.kv_blocks, offsets, kv.cache_lengths, kv.lookup_table, i)
             o = _project(ops.reshape(attn, [n_tokens, hq * d]), binder.linear(p + "o_proj", layer.o_proj), activations)
             h, x = _residual_norm(h, o, binder.add(p + "ffn_norm", layer.ffn_norm), eps)
-            gu = _project(x, binder.linear(p + "gate_up", layer.gate_up), activations)  # [T, 2I]
+            gu = _project_parts(x, p + "gate_up", layer.gate_up, binder, activations)  # [T, 2I]
             mlp_out = _project(K.silu_mul(gu), binder.linear(p + "down", layer.down), activations)
         _, h = _residual_norm(h, mlp_out, binder.add("final_norm", weights.final_norm), eps)
         h_sel = ops.gather(h, logit_rows, axis=0)  # [num_logits, H]

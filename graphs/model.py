@@ -17,6 +17,7 @@ from crucible.core.kernel_build import KernelBuild, kernel_package
 from crucible.core.registry import ModelSource, resolve_model
 from graphs.config import ModelConfig, load_config
 from graphs.cpu_threads import CpuThreadTuner
+from graphs.inventory import inventory, load_line
 from graphs.llama import build_graph
 from graphs.provenance import OpRecord, graph_ops, summary
 from graphs.weights import ModelWeights, load_weights
@@ -128,7 +129,9 @@ class CrucibleModel:
         from max.graph import DeviceRef
         from max.nn.kv_cache import MHAKVCacheParams
 
+        started = time.perf_counter()
         self.source = model if isinstance(model, ModelSource) else resolve_model(model)
+        self.inventory = inventory(self.source)  # headers only: what the file holds, before the long part
         self.options = options
         self.device = max_device(options.device)  # before the weights load: a missing GPU fails at once
         self.config: ModelConfig = load_config(self.source)
@@ -143,7 +146,12 @@ class CrucibleModel:
         self.weights: ModelWeights = decoder.weights
         self.kernels, self.ops, self.model = decoder.kernels, decoder.ops, decoder.model
         self.compile_seconds = decoder.compile_seconds
+        self.load_seconds = time.perf_counter() - started
         self.thread_tuner = CpuThreadTuner(options.tune_threads and options.device == "cpu")
+
+    def load_line(self) -> str:
+        """One line for the user: what the model holds, the load time and the peak resident memory."""
+        return load_line(self.inventory, self.load_seconds)
 
     @property
     def provenance(self) -> dict[str, object]:

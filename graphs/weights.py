@@ -48,12 +48,17 @@ class Linear:
 
 @dataclass(frozen=True)
 class LayerWeights:
+    """One decoder layer. qkv and gate_up are fused into one matmul when their parts share a tensor type;
+    a GGUF that mixes types (llama.cpp's K-quant presets do) keeps the parts, run as separate ops."""
+
     attn_norm: np.ndarray
-    qkv: Linear
+    qkv: tuple[Linear, ...]  # (q|k|v fused,) or (q, k, v)
     o_proj: Linear
     ffn_norm: np.ndarray
-    gate_up: Linear
+    gate_up: tuple[Linear, ...]  # (gate|up fused,) or (gate, up)
     down: Linear
+    q_norm: np.ndarray | None = None  # [D] per-head RMSNorm of q and k before rope (Qwen3)
+    k_norm: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -72,22 +77,23 @@ class ModelWeights:
             total += self.lm_head.nbytes
         for layer in self.layers:
             total += layer.attn_norm.nbytes + layer.ffn_norm.nbytes
-            total += sum(lin.nbytes for lin in (layer.qkv, layer.o_proj, layer.gate_up, layer.down))
+            total += sum(n.nbytes for n in (layer.q_norm, layer.k_norm) if n is not None)
+            total += sum(lin.nbytes for lin in (*layer.qkv, layer.o_proj, *layer.gate_up, layer.down))
         return total
 
 
-def _fuse(parts: list[Linear]) -> Linear:
-    qtypes = {p.qtype for p in parts}
-    if len(qtypes) != 1:
-        # Mixed block formats cannot share one fused matmul; dequantizing would break "stays quantized".
-        raise UnsupportedModelError(f"fused projections need one tensor type, got {sorted(qtypes)}")
+def _fuse(parts: list[Linear]) -> tuple[Linear, ...]:
+    """One Linear of the parts stacked along N when they share a type; else the parts as they are
+    (mixed block formats cannot share one matmul, and dequantizing would break "stays quantized")."""
+    if len({p.qtype for p in parts}) != 1:
+        return tuple(parts)
     biases = [p.bias for p in parts]
     bias = None
     if any(b is not None for b in biases):
         bias = np.concatenate([b if b is not None else np.zeros(p.n_out, np.float32)
                                for b, p in zip(biases, parts)]).astype(np.float32)
-    return Linear(parts[0].qtype, np.ascontiguousarray(np.concatenate([p.data for p in parts], axis=0)),
-                  sum(p.n_out for p in parts), parts[0].k_in, bias)
+    return (Linear(parts[0].qtype, np.ascontiguousarray(np.concatenate([p.data for p in parts], axis=0)),
+                   sum(p.n_out for p in parts), parts[0].k_in, bias),)
 
 
 def _assemble(cfg: ModelConfig, get, get_linear) -> ModelWeights:
@@ -101,6 +107,8 @@ def _assemble(cfg: ModelConfig, get, get_linear) -> ModelWeights:
             ffn_norm=get(i, "ffn_norm"),
             gate_up=_fuse([get_linear(i, "gate"), get_linear(i, "up")]),
             down=get_linear(i, "down"),
+            q_norm=get(i, "q_norm") if cfg.qk_norm else None,
+            k_norm=get(i, "k_norm") if cfg.qk_norm else None,
         ))
     embedding = get_linear(None, "embed")
     lm_head = embedding if cfg.tie_word_embeddings else get_linear(None, "lm_head")
@@ -111,6 +119,7 @@ _HF_NAMES = {
     "attn_norm": "input_layernorm.weight", "ffn_norm": "post_attention_layernorm.weight",
     "q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
     "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj",
+    "q_norm": "self_attn.q_norm.weight", "k_norm": "self_attn.k_norm.weight",
 }
 
 
@@ -174,6 +183,7 @@ def _to_f32(t) -> np.ndarray:
 _GGUF_NAMES = {
     "attn_norm": "attn_norm", "ffn_norm": "ffn_norm", "q": "attn_q", "k": "attn_k", "v": "attn_v",
     "o": "attn_output", "gate": "ffn_gate", "up": "ffn_up", "down": "ffn_down",
+    "q_norm": "attn_q_norm", "k_norm": "attn_k_norm",
 }
 
 
@@ -190,10 +200,11 @@ def load_gguf_weights(path: Path, cfg: ModelConfig) -> ModelWeights:
         return tensors[name]
 
     def as_float(name: str) -> np.ndarray:
+        # norms and biases: a few KB a layer, read as float32 whether stored F32 or F16
         t = take(name)
-        if t.tensor_type.name != "F32":
-            raise UnsupportedModelError(f"tensor {name} has type {t.tensor_type.name}; norms must be F32")
-        return np.asarray(t.data, dtype=np.float32).reshape(-1)
+        if t.tensor_type.name not in ("F32", "F16"):
+            raise UnsupportedModelError(f"tensor {name} has type {t.tensor_type.name}; norms must be F32 or F16")
+        return np.asarray(t.data).astype(np.float32).reshape(-1)
 
     def get(layer: int | None, key: str) -> np.ndarray:
         return as_float("output_norm.weight" if layer is None else f"blk.{layer}.{_GGUF_NAMES[key]}.weight")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sys
 import threading
 import time
 import traceback
@@ -121,6 +122,7 @@ def _load(state: ServerState, engine=None) -> None:
         state.fingerprint = f"crucible-{prov['kernel_build']}-{prov['device']}{act}"
         state.kernels_header = (f"build={prov['kernel_build']}; device={prov['device']}; ops=crucible; "
                                 f"activations={prov['activations']}; fallbacks={fallbacks}")
+        print(f"[crucible] {engine.model.load_line()}", file=sys.stderr)
         state.bridge = EngineBridge(engine, cfg.max_in_flight, on_death=lambda exc: state.stop_with(
             INTERNAL_ERROR, f"the engine thread stopped: {type(exc).__name__}: {one_line(exc)}"))
     except Exception as exc:  # noqa: BLE001 - reported on stderr and by /health, then the server stops

@@ -51,7 +51,7 @@ def test_gguf_holds_the_requested_block_types(tiny_models) -> None:
             assert ("output.weight" in types) == (not files.spec.tie_word_embeddings)
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
 def test_hf_and_gguf_forms_agree_in_transformers(tiny_models, tmp_path, arch: str) -> None:
     files = tiny_models[arch]
     ref = Reference(files.hf)

@@ -61,9 +61,9 @@ def test_unsupported_gguf_tensor_type_is_named(tmp_path) -> None:
         load_weights(src, load_config(src))
 
 
-def test_gguf_rope_frequency_factors_are_refused_not_ignored(tmp_path) -> None:
-    """Llama 3.1/3.2 GGUFs carry their RoPE scaling as a rope_freqs.weight tensor; running without it
-    would give wrong output at long positions, so the file is refused with a clear error."""
+def test_gguf_rope_frequency_factors_of_the_wrong_length_are_refused(tmp_path) -> None:
+    """rope_freqs.weight (Llama 3.1/3.2 scaling) is applied (tests/graphs/test_llama31_rope.py); one that
+    does not give a factor per rotary pair is refused by name rather than misapplied."""
     import gguf
 
     src = gguf.GGUFReader(str(write_gguf(TINY_LLAMA, tmp_path / "m.gguf", "F32")))
@@ -75,7 +75,7 @@ def test_gguf_rope_frequency_factors_are_refused_not_ignored(tmp_path) -> None:
         w.add_key_value(key, f.contents(), f.types[0], f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None)
     for t in src.tensors:
         w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
-    w.add_tensor("rope_freqs.weight", np.ones(TINY_LLAMA.head_dim // 2, dtype=np.float32))
+    w.add_tensor("rope_freqs.weight", np.ones(TINY_LLAMA.head_dim // 2 + 1, dtype=np.float32))
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
     with pytest.raises(UnsupportedModelError, match="rope_freqs"):
         load_config(resolve_model(out))

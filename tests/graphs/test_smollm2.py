@@ -46,7 +46,7 @@ def test_smollm2_every_hot_op_is_ours_and_weights_stay_quantized(smollm2_model) 
     file_bytes = smollm2_model.source.size_bytes
     # Quantized tensors stay in their blocks: the loaded weights are no larger than the file.
     assert smollm2_model.weights.nbytes <= 1.05 * file_bytes
-    assert smollm2_model.weights.layers[0].qkv.qtype == "q4_1"
+    assert [lin.qtype for lin in smollm2_model.weights.layers[0].qkv] == ["q4_1"]  # q|k|v fused
     assert smollm2_model.weights.embedding.qtype == "q8_0"
 
 

@@ -5,9 +5,11 @@ transformers reference and our graphs run them in milliseconds, yet shaped like 
 head_dim 64, K and N that are multiples of the GGUF block size (32) but not of larger tiles, and an odd
 vocabulary size.
 
-Two variants:
+Variants:
 - ``TINY_LLAMA``: Llama (untied lm_head, GQA 3, no biases).
+- ``TINY_LLAMA31``: the same shape with Llama 3.1 RoPE scaling (rope_freqs.weight in GGUF).
 - ``TINY_QWEN2``: Qwen2 (q/k/v biases, tied embeddings, GQA 2).
+- ``TINY_QWEN3``: Qwen3 (per-head q/k RMSNorm, no biases, tied embeddings, head_dim 128 on a 192-wide model).
 
 GGUF files follow llama.cpp's converter: for the ``llama`` architecture the q/k projection rows are
 permuted to the interleaved rotary layout (transformers undoes it on load; our graphs use interleaved
@@ -17,6 +19,7 @@ rope on GGUF Llama weights instead); ``qwen2`` keeps the half-split layout.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -34,7 +37,7 @@ from tests.support.tiny_tokenizer import (
     vocab_in_id_order,
 )
 
-Arch = Literal["llama", "qwen2"]
+Arch = Literal["llama", "qwen2", "qwen3"]
 # GGUF tensor types the writer produces for 2-D weights; norms and biases are always F32.
 GGUF_WEIGHT_TYPES = ("F32", "F16", "Q8_0", "Q4_0", "Q4_1")
 # Types write_gguf can also write (gguf-py quantizes them) that Crucible does not load yet: tests of the error.
@@ -47,7 +50,7 @@ class TinyModelSpec:
     """Shape and seed of a tiny model.
 
     Attributes:
-        arch: ``"llama"`` or ``"qwen2"``.
+        arch: ``"llama"``, ``"qwen2"`` or ``"qwen3"``.
         vocab_size: Tokenizer and embedding rows (odd on purpose: not a tile multiple).
         hidden_size: Model width; a multiple of 32 so GGUF blocks tile every row.
         intermediate_size: MLP width; a multiple of 32.
@@ -60,6 +63,10 @@ class TinyModelSpec:
         tie_word_embeddings: lm_head shares the embedding matrix.
         qkv_bias: q/k/v projections have biases (Qwen2).
         seed: numpy seed for the weights.
+        head_dim_override: Head width when it is not hidden_size / num_heads (Qwen3's is its own).
+        llama3_rope: Llama 3.1-style frequency scaling (factor, low_freq_factor, high_freq_factor,
+            original_max_position_embeddings), or None: in config.json as rope_scaling, in GGUF as the
+            rope_freqs.weight tensor llama.cpp's converter writes.
     """
 
     arch: Arch
@@ -75,9 +82,11 @@ class TinyModelSpec:
     tie_word_embeddings: bool
     qkv_bias: bool
     seed: int
+    llama3_rope: tuple[float, float, float, int] | None = None
+    head_dim_override: int | None = None
 
     def __post_init__(self) -> None:
-        if self.hidden_size % self.num_heads:
+        if self.head_dim_override is None and self.hidden_size % self.num_heads:
             raise ValueError("hidden_size must be a multiple of num_heads")
         if self.num_heads % self.num_kv_heads:
             raise ValueError("num_heads must be a multiple of num_kv_heads")
@@ -87,11 +96,29 @@ class TinyModelSpec:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+        return self.head_dim_override or self.hidden_size // self.num_heads
 
     @property
     def name(self) -> str:
-        return f"tiny-{self.arch}"
+        return f"tiny-{self.arch}" + ("-llama3-rope" if self.llama3_rope else "")
+
+    def rope_freq_factors(self) -> np.ndarray:
+        """[D/2] float32 rope_freqs.weight as llama.cpp's convert_hf_to_gguf.py computes it (LlamaModel)."""
+        factor, low, high, old_ctx = self.llama3_rope
+        d = self.head_dim
+        freqs = 1.0 / (self.rope_theta ** (np.arange(0, d, 2, dtype=np.float32) / d))
+        low_wavelen, high_wavelen = old_ctx / low, old_ctx / high
+        out = []
+        for freq in freqs:
+            wavelen = 2 * math.pi / float(freq)
+            if wavelen < high_wavelen:
+                out.append(1.0)
+            elif wavelen > low_wavelen:
+                out.append(factor)
+            else:
+                smooth = (old_ctx / wavelen - low) / (high - low)
+                out.append(1 / ((1 - smooth) / factor + smooth))
+        return np.array(out, dtype=np.float32)
 
 
 TINY_LLAMA = TinyModelSpec(
@@ -99,10 +126,25 @@ TINY_LLAMA = TinyModelSpec(
     num_heads=3, num_kv_heads=1, rope_theta=10000.0, rms_norm_eps=1e-5,
     max_position_embeddings=1024, tie_word_embeddings=False, qkv_bias=False, seed=1234,
 )
+# Llama 3.1-style: frequencies scaled past an original context of 64 positions (factor 8).
+TINY_LLAMA31 = TinyModelSpec(
+    arch="llama", vocab_size=397, hidden_size=192, intermediate_size=416, num_layers=2,
+    num_heads=3, num_kv_heads=1, rope_theta=10000.0, rms_norm_eps=1e-5,
+    max_position_embeddings=1024, tie_word_embeddings=False, qkv_bias=False, seed=31,
+    llama3_rope=(8.0, 1.0, 4.0, 64),
+)
 TINY_QWEN2 = TinyModelSpec(
     arch="qwen2", vocab_size=411, hidden_size=256, intermediate_size=544, num_layers=2,
     num_heads=4, num_kv_heads=2, rope_theta=1000000.0, rms_norm_eps=1e-6,
     max_position_embeddings=1024, tie_word_embeddings=True, qkv_bias=True, seed=4321,
+)
+# Qwen3: q/k heads RMS-normalized before rope, no biases, tied embeddings, and a head width (128) that
+# is not hidden / heads (as Qwen3-0.6B: 1024 wide, 16 heads of 128).
+TINY_QWEN3 = TinyModelSpec(
+    arch="qwen3", vocab_size=389, hidden_size=192, intermediate_size=416, num_layers=2,
+    num_heads=2, num_kv_heads=1, rope_theta=1000000.0, rms_norm_eps=1e-6,
+    max_position_embeddings=1024, tie_word_embeddings=True, qkv_bias=False, seed=3333,
+    head_dim_override=128,
 )
 
 
@@ -137,6 +179,9 @@ def make_weights(spec: TinyModelSpec) -> dict[str, np.ndarray]:
         w[p + "self_attn.q_proj.weight"] = linear(q_out, h)
         w[p + "self_attn.k_proj.weight"] = linear(kv_out, h)
         w[p + "self_attn.v_proj.weight"] = linear(kv_out, h)
+        if spec.arch == "qwen3":
+            w[p + "self_attn.q_norm.weight"] = norm(hd)
+            w[p + "self_attn.k_norm.weight"] = norm(hd)
         if spec.qkv_bias:
             w[p + "self_attn.q_proj.bias"] = (0.1 * rng.standard_normal(q_out)).astype(np.float32)
             w[p + "self_attn.k_proj.bias"] = (0.1 * rng.standard_normal(kv_out)).astype(np.float32)
@@ -170,9 +215,16 @@ def _hf_config(spec: TinyModelSpec) -> dict:
         "eos_token_id": SPECIAL_TOKENS.index(EOS_TOKEN),
         "torch_dtype": "float32",
     }
+    if spec.llama3_rope is not None:
+        factor, low, high, old_ctx = spec.llama3_rope
+        common["rope_scaling"] = {"rope_type": "llama3", "factor": factor, "low_freq_factor": low,
+                                  "high_freq_factor": high, "original_max_position_embeddings": old_ctx}
     if spec.arch == "llama":
         return {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
                 "attention_bias": False, "mlp_bias": False, **common}
+    if spec.arch == "qwen3":
+        return {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "attention_bias": False,
+                "use_sliding_window": False, **common}
     return {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "use_sliding_window": False,
             **common}
 
@@ -271,12 +323,13 @@ def _gguf_name(hf_name: str) -> str:
         "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
         "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
         "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-        "mlp.down_proj": "ffn_down",
+        "mlp.down_proj": "ffn_down", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
     }
     return f"blk.{layer}.{table[module]}.{suffix}"
 
 
-def write_gguf(spec: TinyModelSpec, path: Path, weight_type: str = "F32") -> Path:
+def write_gguf(spec: TinyModelSpec, path: Path, weight_type: str = "F32",
+               overrides: dict[str, str] | None = None) -> Path:
     """Writes the model as a GGUF file with its 2-D weights in ``weight_type``.
 
     Args:
@@ -284,6 +337,8 @@ def write_gguf(spec: TinyModelSpec, path: Path, weight_type: str = "F32") -> Pat
         path: Destination ``.gguf`` file.
         weight_type: One of ``GGUF_WEIGHT_TYPES`` (or ``GGUF_UNSUPPORTED_TYPES``); applies to every 2-D
             weight (embedding and lm_head included, as llama.cpp does); norms and biases stay F32.
+        overrides: Types of single tensors, by a fragment of their HF name (``"q_proj"``,
+            ``"input_layernorm"``: F32 or F16 for norms), as llama.cpp's mixed presets write them.
 
     Returns:
         The path.
@@ -293,7 +348,6 @@ def write_gguf(spec: TinyModelSpec, path: Path, weight_type: str = "F32") -> Pat
     if weight_type not in GGUF_WEIGHT_TYPES + GGUF_UNSUPPORTED_TYPES:
         raise ValueError(f"weight_type must be one of {GGUF_WEIGHT_TYPES + GGUF_UNSUPPORTED_TYPES}, "
                          f"got {weight_type!r}")
-    qtype = gguf.GGMLQuantizationType[weight_type]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".gguf.tmp")
     writer = gguf.GGUFWriter(str(tmp), spec.arch)
@@ -305,6 +359,9 @@ def write_gguf(spec: TinyModelSpec, path: Path, weight_type: str = "F32") -> Pat
     writer.add_head_count(spec.num_heads)
     writer.add_head_count_kv(spec.num_kv_heads)
     writer.add_rope_dimension_count(spec.head_dim)
+    if spec.head_dim_override is not None:  # llama.cpp writes a head width of its own as key/value_length
+        writer.add_key_length(spec.head_dim)
+        writer.add_value_length(spec.head_dim)
     writer.add_rope_freq_base(spec.rope_theta)
     writer.add_layer_norm_rms_eps(spec.rms_norm_eps)
     writer.add_vocab_size(spec.vocab_size)
@@ -327,12 +384,18 @@ def write_gguf(spec: TinyModelSpec, path: Path, weight_type: str = "F32") -> Pat
             heads = spec.num_heads if "q_proj" in hf_name else spec.num_kv_heads
             w = _permute_for_gguf_llama(w, heads)
         name = _gguf_name(hf_name)
-        if w.ndim == 1 or weight_type == "F32":
+        wtype = next((t for frag, t in (overrides or {}).items() if frag in hf_name),
+                     "F32" if w.ndim == 1 else weight_type)
+        if wtype == "F32":
             writer.add_tensor(name, w.astype(np.float32))
-        elif weight_type == "F16":
+        elif wtype == "F16":
             writer.add_tensor(name, w.astype(np.float16))
         else:
-            writer.add_tensor(name, gguf.quants.quantize(w, qtype), raw_dtype=qtype)
+            qt = gguf.GGMLQuantizationType[wtype]
+            writer.add_tensor(name, gguf.quants.quantize(w, qt), raw_dtype=qt)
+
+    if spec.llama3_rope is not None:
+        writer.add_tensor("rope_freqs.weight", spec.rope_freq_factors())
 
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
