@@ -120,7 +120,8 @@ def test_batch_exit_status_says_whether_a_row_failed(tmp_path: Path, monkeypatch
         return batch.BatchSummary(total_rows=2, completed=1, errors=errors)
 
     monkeypatch.setattr(batch, "run_batch", fake_run)
-    monkeypatch.setattr("pipelines.generator.Generator", lambda *a, **k: SimpleNamespace())
+    loaded = SimpleNamespace(engine=SimpleNamespace(model=SimpleNamespace(load_line=lambda: "a fake model")))
+    monkeypatch.setattr("pipelines.generator.Generator", lambda *a, **k: loaded)
     src = _write(tmp_path / "in.jsonl", ROWS[:1])
     for errors, status in ((0, 0), (1, 1)):
         assert cli.main(["batch", str(src), str(tmp_path / "out.jsonl")]) == status
