@@ -1,4 +1,5 @@
-"""llama.cpp as a baseline: `llama-bench` and `llama-server`, built from the llama-cpp-python sdist.
+"""llama.cpp as a baseline: `llama-bench` and `llama-server`, built from the llama-cpp-python sdist, and
+`llama-quantize`, which makes the benchmarks' and tests' GGUF variants (Q4_K_M and the other presets).
 
 The sdist vendors a pinned llama.cpp; it is fetched with pip (the package index is reachable where
 PyPI is), built once with cmake (Release, native CPU flags) and cached with a record of how long
@@ -21,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
-TARGETS = ("llama-bench", "llama-server")
+TARGETS = ("llama-bench", "llama-server", "llama-quantize")
 
 
 class LlamaCppError(RuntimeError):
@@ -209,6 +210,21 @@ def llama_server_command(build: LlamaCppBuild, gguf: Path, port: int, *, slots: 
 def _supports(build: LlamaCppBuild, flag: str) -> bool:
     proc = subprocess.run([str(build.binary("llama-server")), "--help"], capture_output=True, text=True)
     return flag in proc.stdout + proc.stderr
+
+
+def requantize(build: LlamaCppBuild, src: Path, dst: Path, preset: str) -> Path:
+    """Writes `src` requantized to a llama-quantize preset ("Q4_K_M", "Q6_K", ...) at `dst`, atomically.
+
+    `--allow-requantize` lets an already quantized file be the source, as for the packaged SmolLM2 Q8_0;
+    the result is what a user gets from the same preset (types per tensor chosen by llama.cpp).
+    """
+    if dst.is_file():
+        return dst
+    tmp = dst.with_name(dst.name + ".tmp")
+    _run([str(build.binary("llama-quantize")), "--allow-requantize", str(src), str(tmp), preset],
+         dst.with_name(dst.name + ".log"))
+    tmp.replace(dst)
+    return dst
 
 
 def build_dict(build: LlamaCppBuild) -> dict:

@@ -19,10 +19,20 @@ from max.graph import BufferValue, DeviceRef, TensorType, TensorValue, ops
 QUANT_BLOCKS: dict[str, tuple[int, int]] = {
     "q4_0": (32, 18),   # f16 d, 16 bytes of nibbles: x = d * (q - 8)
     "q4_1": (32, 20),   # f16 d, f16 m, 16 bytes of nibbles: x = d * q + m
+    "q5_0": (32, 22),   # f16 d, 4 bytes of fifth bits, 16 bytes of nibbles: x = d * (q - 16)
+    "q5_1": (32, 24),   # f16 d, f16 m, fifth bits, nibbles: x = d * q + m
     "q8_0": (32, 34),   # f16 d, 32 int8: x = d * q
+    "q2_k": (256, 84),  # K-quant super-blocks of 256 values (kernels/quant_k.mojo)
+    "q3_k": (256, 110),
+    "q4_k": (256, 144),
+    "q5_k": (256, 176),
+    "q6_k": (256, 210),
     "f16": (1, 2),      # IEEE half per element
+    "bf16": (1, 2),     # bfloat16 per element
 }
-QType = Literal["q4_0", "q4_1", "q8_0", "f16"]
+# Formats with the int8-activation decode rows (act="q8"); the others keep float32 activations.
+Q8_ACT_QTYPES = frozenset({"q4_0", "q4_1", "q8_0"})
+QType = Literal["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "f16", "bf16"]
 ActQuant = Literal["f32", "q8"]
 MatmulVariant = Literal["auto", "gemv", "gemm", "tiled", "tensor_core"]
 
@@ -57,8 +67,9 @@ def qmatmul(x: TensorValue, wq: TensorValue, n_out: int, k_in: int, qtype: QType
         k_in: K (a multiple of the block size).
         qtype: Block format of wq.
         act: "f32" keeps x in float32; "q8" quantizes x to int8 per 32-value block on the CPU
-            decode path (M <= 32) and uses integer dot products (kernels/qdot_int8.mojo). Block
-            formats only: f16 weights always use "f32".
+            decode path (M <= 32) and uses integer dot products (kernels/qdot_int8.mojo), for the
+            formats of Q8_ACT_QTYPES; the others always use "f32" (provenance.kernel_variant says
+            which ran).
 
     Returns:
         [M, N] float32.
@@ -70,8 +81,8 @@ def qmatmul(x: TensorValue, wq: TensorValue, n_out: int, k_in: int, qtype: QType
         raise ValueError(f"{qtype}: weight bytes {list(wq.shape)} do not hold [{n_out}, {k_in}]")
     if act not in ("f32", "q8"):
         raise ValueError(f"act must be 'f32' or 'q8', got {act!r}")
-    if qtype == "f16" or _device(x).is_gpu():
-        act = "f32"  # the int8 path exists for block formats on CPU; the op asserts the same
+    if qtype not in Q8_ACT_QTYPES or _device(x).is_gpu():
+        act = "f32"  # the int8 path exists for these formats on CPU; the op asserts the same
     out = TensorType(x.dtype, [x.shape[0], n_out], device=_device(x))
     return ops.custom("crucible.qmatmul", _device(x), [x, wq], [out],
                       parameters={"qtype": qtype, "act": act})[0].tensor

@@ -12,7 +12,7 @@ from max.gpu.host import DeviceContext
 from std.utils.numerics import nan
 
 from .common import BytePtr, F32, Ptr, ceil_div
-from .quant import HALF, QBLOCK, block_bytes, decode_block, decode_value
+from .quant import HALF, QBLOCK, block_values, decode_chunk, decode_value, row_bytes_of
 
 
 def _embedding_kernel[dtype: DType, qtype: StaticString](
@@ -46,9 +46,9 @@ struct Embedding:
         var V = table.dim_size(0)
         comptime elem_bytes = 4 if qtype == "f32" else 1
         var row_bytes = table.dim_size(1) * elem_bytes
-        if qtype != "f32" and H % QBLOCK != 0:
-            raise Error("crucible.embedding: hidden size ", H, " is not a multiple of 32")
-        if row_bytes != ceil_div(H, QBLOCK) * block_bytes[qtype]() and not (qtype == "f32" and row_bytes == 4 * H):
+        if qtype != "f32" and H % block_values[qtype]() != 0:
+            raise Error("crucible.embedding[", qtype, "]: hidden size ", H, " is not a multiple of ", block_values[qtype]())
+        if row_bytes != row_bytes_of[qtype](H) and not (qtype == "f32" and row_bytes == 4 * H):
             raise Error("crucible.embedding[", qtype, "]: table rows of ", row_bytes, " bytes do not hold ", H, " values")
         if T == 0:
             return
@@ -68,9 +68,8 @@ struct Embedding:
                     for i in range(H):
                         out[unsafe_offset=i] = src[unsafe_offset=i]
                 else:
-                    comptime bb = block_bytes[qtype]()
                     for b in range(H // QBLOCK):
-                        var v = decode_block[qtype](row.unsafe_offset(b * bb))
+                        var v = decode_chunk[qtype](row, b)
                         out.unsafe_offset(b * QBLOCK).unsafe_store(0, v[0])
                         out.unsafe_offset(b * QBLOCK + HALF).unsafe_store(0, v[1])
         else:

@@ -19,7 +19,7 @@ from std.sys import PrefetchOptions, prefetch
 
 from .common import BytePtr, FW, F32, Ptr, ceil_div, cpu_threads, parallel_for, scratch
 from .cpu_tuning import GEMM_KC_AVX512, GEMM_MR
-from .quant import HALF, QBLOCK, block_bytes, decode_block
+from .quant import HALF, QBLOCK, decode_chunk
 from .shuffles import transpose_tile
 
 # Micro-tile rows (broadcast x values): 6, or 5 where the compiler's schedule for the target spills
@@ -112,7 +112,6 @@ def _pack_b[qtype: StaticString](
     # tiles stay finite. For quantized formats k0 and kc are multiples of the 32-value block.
     # Full panels are transposed in registers by FW x FW tiles (16 x 16 with AVX-512, 8 x 8 with
     # AVX2) instead of scalar stores; edge panels take the scalar loop at the end.
-    comptime bb = block_bytes[qtype]()
     for jr in range(ceil_div(nc, NR)):
         var panel = bp.unsafe_offset(jr * KC * NR)
         var full = n0 + jr * NR + NR <= N
@@ -133,12 +132,12 @@ def _pack_b[qtype: StaticString](
             # pieces (a block is two 16-value halves: one piece each with AVX-512, two with AVX2).
             if full:
                 for jb in range(NR // FW):
-                    var rows0 = w.unsafe_offset((n0 + jr * NR + jb * FW) * row_bytes + (k0 // QBLOCK) * bb)
+                    var rows0 = w.unsafe_offset((n0 + jr * NR + jb * FW) * row_bytes)
                     for b in range(kc // QBLOCK):
                         comptime for h in range(2):
                             var half = Array[SIMD[F32, HALF], FW](fill=SIMD[F32, HALF](0))
                             comptime for jj in range(FW):
-                                half[jj] = decode_block[qtype](rows0.unsafe_offset(jj * row_bytes + b * bb))[h]
+                                half[jj] = decode_chunk[qtype](rows0.unsafe_offset(jj * row_bytes), k0 // QBLOCK + b)[h]
                             comptime for q in range(HALF // FW):
                                 var t = Array[SIMD[F32, FW], FW](fill=SIMD[F32, FW](0))
                                 comptime for jj in range(FW):
@@ -158,9 +157,9 @@ def _pack_b[qtype: StaticString](
                 for k in range(kc):
                     panel[unsafe_offset=k * NR + j] = src[unsafe_offset=k]
             else:
-                var row = w.unsafe_offset(n * row_bytes + (k0 // QBLOCK) * bb)
+                var row = w.unsafe_offset(n * row_bytes)
                 for b in range(kc // QBLOCK):
-                    var v = decode_block[qtype](row.unsafe_offset(b * bb))
+                    var v = decode_chunk[qtype](row, k0 // QBLOCK + b)
                     var dst = panel.unsafe_offset(b * QBLOCK * NR + j)
                     comptime for i in range(HALF):
                         dst[unsafe_offset=i * NR] = v[0][i]

@@ -9,7 +9,7 @@ from std.sys.info import CompilationTarget
 
 from .common import BytePtr, F32, Ptr
 from .cpu_tuning import FAR_PREFETCH, FAR_PREFETCH_PAIRS
-from .quant import HALF, QBLOCK, block_bytes, block_d, block_scales, decode_block, dot_block, header_bytes, nibble_values
+from .quant import HALF, QBLOCK, block_bytes, block_d, block_scales, chunk_offset, decode_chunk, dot_chunk, header_bytes, nibble_values
 
 
 # Software prefetch distance along a weight row stream. 4 KB rather than 1 KB: at DRAM rates a 1 KB
@@ -71,7 +71,6 @@ def qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
     x: Ptr[F32], xsum: Ptr[F32], w: BytePtr, row_bytes: Int, y: Ptr[F32], n0: Int, N: Int, K: Int, far: Bool = False
 ):
     # y[m, n0:n0+R] = x[m, :] . dequant(W[n0:n0+R, :]) for m < MROWS. xsum[b] = sum of x[0, block b].
-    comptime bb = block_bytes[qtype]()
     comptime U = 2 if MROWS * R <= 2 else 1
     comptime if MROWS == 1:
         # Decode rows. Q4: each nibble becomes a float by table lookup (quant.nibble_values; Q4_0's -8
@@ -99,7 +98,8 @@ def qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
             var x0 = x.unsafe_load[width=HALF](b * QBLOCK)
             var x1 = x.unsafe_load[width=HALF](b * QBLOCK + HALF)
             comptime for r in range(R):
-                var blk = w.unsafe_offset((n0 + r) * row_bytes + b * bb)
+                var rowp = w.unsafe_offset((n0 + r) * row_bytes)
+                var blk = rowp.unsafe_offset(chunk_offset[qtype](b))
                 prefetch_ahead(blk, far)
                 comptime if q4:
                     var q = blk.unsafe_offset(head).unsafe_load[width=HALF](0).cast[DType.int32]()
@@ -114,7 +114,7 @@ def qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
                         comptime if fold_q4_0:
                             offset[u * R + r] += -8.0 * d[0] * xsum[unsafe_offset=b]
                 else:
-                    accu[u * R + r] += dot_block[qtype](blk, x0, x1)
+                    accu[u * R + r] += dot_chunk[qtype](rowp, b, x0, x1)
 
         var b = 0
         while b + U <= nb:
@@ -137,9 +137,9 @@ def qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
     var acc = Array[SIMD[F32, HALF], MROWS * R](fill=SIMD[F32, HALF](0))
     for b in range(K // QBLOCK):
         comptime for r in range(R):
-            prefetch_ahead(w.unsafe_offset((n0 + r) * row_bytes + b * bb), far)
+            prefetch_ahead(w.unsafe_offset((n0 + r) * row_bytes + chunk_offset[qtype](b)), far)
         comptime for r in range(R):
-            var v = decode_block[qtype](w.unsafe_offset((n0 + r) * row_bytes + b * bb))
+            var v = decode_chunk[qtype](w.unsafe_offset((n0 + r) * row_bytes), b)
             comptime for m in range(MROWS):
                 var x0 = x.unsafe_load[width=HALF](m * K + b * QBLOCK)
                 var x1 = x.unsafe_load[width=HALF](m * K + b * QBLOCK + HALF)

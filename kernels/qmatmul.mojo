@@ -2,11 +2,14 @@
 # GGUF blocks byte for byte, so tensors from a GGUF file feed it without conversion.
 #
 # Parameters:
-#   qtype  "q4_0" | "q4_1" | "q8_0" | "f16"   (block layouts in quant.mojo)
+#   qtype  "q4_0" | "q4_1" | "q5_0" | "q5_1" | "q8_0" | "q2_k" | "q3_k" | "q4_k" | "q5_k" | "q6_k" |
+#          "f16" | "bf16"   (block layouts in quant.mojo and quant_k.mojo). Every format decodes 32
+#          values at a time into registers, so all of them share the row, GEMM-panel and GPU loops;
+#          Q4_0 / Q4_1 / Q8_0 add the batch-1 integer rows that llama.cpp's common formats needed.
 #   act    "f32" (default): x is used as float32 everywhere; exact up to float rounding.
 #          "q8": CPU decode path (M <= 32) quantizes x to int8 per 32-value block and runs integer
 #          block dot products (qdot_int8.mojo), as llama.cpp does: faster, with its own error bound.
-#          Block formats only, CPU only; prefill (M > 32) stays float32.
+#          Q4_0, Q4_1 and Q8_0 only, CPU only; prefill (M > 32) stays float32.
 # CPU: qgemv for M <= 32, decode-into-panel GEMM above (qmatmul_cpu.mojo). GPU: qmatmul_gpu.mojo.
 # x and y are float32 on CPU; on GPU they may be float32 or bfloat16 (accumulation is fp32).
 
@@ -17,7 +20,7 @@ from max.gpu.host import DeviceContext
 from .common import BytePtr, F32, Ptr
 from .qmatmul_cpu import qmatmul_cpu
 from .qmatmul_gpu import qmatmul_gpu
-from .quant import QBLOCK, block_bytes
+from .quant import block_values, row_bytes_of
 
 
 @extensibility.register("crucible.qmatmul")
@@ -32,13 +35,14 @@ struct QMatmul:
         var M = x.dim_size(0)
         var K = x.dim_size(1)
         var N = w.dim_size(0)
-        if K % QBLOCK != 0:
-            raise Error("crucible.qmatmul: K=", K, " is not a multiple of the block size 32")
-        if w.dim_size(1) != (K // QBLOCK) * block_bytes[qtype]() or y.dim_size(0) != M or y.dim_size(1) != N:
+        if K % block_values[qtype]() != 0:
+            raise Error("crucible.qmatmul[", qtype, "]: K=", K, " is not a multiple of the block size ", block_values[qtype]())
+        if w.dim_size(1) != row_bytes_of[qtype](K) or y.dim_size(0) != M or y.dim_size(1) != N:
             raise Error("crucible.qmatmul[", qtype, "]: weight bytes [", N, ",", w.dim_size(1),
                         "] do not hold [N, K=", K, "] blocks, or y is not [", M, ",", N, "]")
         comptime assert act == "f32" or act == "q8", "crucible.qmatmul: act is f32 or q8"
-        comptime assert act == "f32" or (qtype != "f16" and target == "cpu"), "act=q8: block formats on CPU only"
+        comptime assert act == "f32" or ((qtype == "q4_0" or qtype == "q4_1" or qtype == "q8_0") and target == "cpu"), (
+            "act=q8: Q4_0, Q4_1 and Q8_0 on CPU only")
         if M == 0 or N == 0:
             return
         comptime if target == "cpu":

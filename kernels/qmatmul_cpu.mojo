@@ -24,7 +24,7 @@ from .qgemv_groups import GROUPS_F32, groups_layout, groups_x_sizes, qgemv_row_g
 from .qgemv_octets import OCTET_VALUES, OCTET_X_BYTES, OCTETS_F32, octet_xo, octets_layout, qgemv_row_octets
 from .qgemv_rows import block_sums, far_allowed, far_prefetch, qgemv_rows
 from .qgemv_rows_q8 import qgemv_row_q8_mpairs, qgemv_row_q8_pairs, qgemv_rows_q8
-from .quant import QBLOCK, block_bytes
+from .quant import QBLOCK, row_bytes_of
 
 comptime QGEMV_MAX_M = 32
 
@@ -225,7 +225,7 @@ def qmatmul_cpu[qtype: StaticString, act: StaticString](
 
     act "q8" quantizes x to int8 per block on the decode path (M <= 32); the GEMM keeps float32.
     """
-    var row_bytes = (K // QBLOCK) * block_bytes[qtype]()
+    var row_bytes = row_bytes_of[qtype](K)
     if M > QGEMV_MAX_M:
         gemm_cpu[qtype](y, x, w, row_bytes, M, N, K, ctx)
         return

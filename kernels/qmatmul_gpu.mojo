@@ -19,7 +19,7 @@ from max.gpu.host import DeviceContext
 from max.gpu.primitives.warp import sum as warp_sum
 
 from .common import BytePtr, F32, Ptr, ceil_div
-from .quant import HALF, QBLOCK, block_bytes, decode_block
+from .quant import HALF, QBLOCK, decode_chunk, row_bytes_of
 
 comptime MGROUP = 8       # x rows per warp
 comptime WARPS = 4        # weight rows (warps) per block
@@ -29,7 +29,6 @@ def _qmatmul_kernel[dtype: DType, qtype: StaticString, X_ALIGN: Int](
     y: Ptr[dtype], x: Ptr[dtype], w: BytePtr, M: Int32, N: Int32, K: Int32
 ):
     # y: [M, N]; x: [M, K]; w: [N, K / 32 * block_bytes] bytes.
-    comptime bb = block_bytes[qtype]()
     var lane = Int(lane_id())
     var n = Int(block_idx.x) * WARPS + Int(thread_idx.x) // WARP_SIZE
     var m0 = Int(block_idx.y) * MGROUP
@@ -39,11 +38,11 @@ def _qmatmul_kernel[dtype: DType, qtype: StaticString, X_ALIGN: Int](
         return
     var rows = min(MGROUP, m_ - m0)
     var nblocks = k_ // QBLOCK
-    var row = w.unsafe_offset(n * nblocks * bb)
+    var row = w.unsafe_offset(n * row_bytes_of[qtype](k_))
     var acc = Array[Float32, MGROUP](fill=0)
     var b = lane
     while b < nblocks:
-        var vals = decode_block[qtype](row.unsafe_offset(b * bb))   # (values 0..15, values 16..31)
+        var vals = decode_chunk[qtype](row, b)   # (values 0..15, values 16..31)
         comptime for m in range(MGROUP):
             if m < rows:
                 var xp = x.unsafe_offset((m0 + m) * k_ + b * QBLOCK)
@@ -62,7 +61,7 @@ def qmatmul_gpu[dtype: DType, qtype: StaticString](
 ) raises:
     """Launches one warp per (weight row, group of 8 x rows)."""
     # decode_block reads the header as halves (Q4_1: one 4-byte pair) at the block start; every block
-    # start is even (block sizes 18, 20, 34, 64), and 4-aligned for Q4_1, when the buffer start is.
+    # start is even (block sizes 18 to 210 are even), and 4-aligned for Q4_1, when the buffer start is.
     if Int(w) % 4 != 0:
         raise Error("crucible.qmatmul on GPU: the weight buffer must start 4-byte aligned")
     var grid = (ceil_div(N, WARPS), ceil_div(M, MGROUP))

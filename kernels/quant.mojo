@@ -2,10 +2,14 @@
 #
 #   q4_0  18 bytes / 32 values: f16 d, 16 bytes qs;  v[j] = d * ((qs[j] & 0xF) - 8),  v[j+16] = d * ((qs[j] >> 4) - 8)
 #   q4_1  20 bytes / 32 values: f16 d, f16 m, 16 bytes qs;  v[j] = d * (qs[j] & 0xF) + m,  v[j+16] = d * (qs[j] >> 4) + m
+#   q5_0  22 bytes / 32 values: f16 d, 4 bytes qh, 16 bytes qs;  v[j] = d * ((qs[j] & 0xF | bit j of qh << 4) - 16),
+#         v[j+16] = d * ((qs[j] >> 4 | bit j+16 of qh << 4) - 16)
+#   q5_1  24 bytes / 32 values: f16 d, f16 m, 4 bytes qh, 16 bytes qs;  as q5_0 without the -16, times d plus m
 #   q8_0  34 bytes / 32 values: f16 d, 32 int8 qs;  v[j] = d * qs[j]
-#   f16    2 bytes / 1 value (decoded 32 at a time here, so a "block" is 64 bytes)
+#   f16, bf16  2 bytes / 1 value (decoded 32 at a time here, so a "block" is 64 bytes)
+#   q2_k .. q6_k  256-value super-blocks (quant_k.mojo), decoded 32 values at a time as well
 #
-# Blocks are not aligned (18, 20 and 34 bytes): every read is an unaligned byte load. A row of K values
+# Blocks are not aligned (18, 20, 22, 34, 110, 210 bytes): every read is an unaligned byte load. A row of K values
 # is K / 32 consecutive blocks. Decoding happens in registers, one 32-value block at a time, as two
 # 16-lane halves (lo = values 0..15, hi = values 16..31).
 
@@ -14,25 +18,60 @@ from std.sys import llvm_intrinsic
 from std.sys.info import CompilationTarget
 
 from .common import BytePtr, F32, load_f16_as_f32
+from .quant_k import KSUBS, QK_K, decode_ksub, is_kquant, kblock_bytes
 
 comptime HALF = 16        # lanes per decoded half-block
 comptime QBLOCK = 32      # values per block (f16 is decoded in groups of 32 as well)
 
 
+def block_values[qtype: StaticString]() -> Int:
+    """Values per block: 256 for the K-quants' super-blocks, else 32."""
+    return QK_K if is_kquant[qtype]() else QBLOCK
+
+
 def block_bytes[qtype: StaticString]() -> Int:
-    """Bytes that hold 32 values in this format."""
-    comptime if qtype == "q4_0":
+    """Bytes that hold one block (block_values values) in this format."""
+    comptime if is_kquant[qtype]():
+        return kblock_bytes[qtype]()
+    elif qtype == "q4_0":
         return 18
     elif qtype == "q4_1":
         return 20
+    elif qtype == "q5_0":
+        return 22
+    elif qtype == "q5_1":
+        return 24
     elif qtype == "q8_0":
         return 34
-    elif qtype == "f16":
+    elif qtype == "f16" or qtype == "bf16":
         return 64
     elif qtype == "f32":
         return 128
     else:
-        comptime assert False, "unknown qtype: expected q4_0, q4_1, q8_0, f16 or f32"
+        comptime assert False, "unknown qtype: expected q4_0, q4_1, q5_0, q5_1, q8_0, q2_k..q6_k, f16, bf16 or f32"
+
+
+def row_bytes_of[qtype: StaticString](K: Int) -> Int:
+    """Bytes of a row of K values (K a multiple of block_values)."""
+    return (K // block_values[qtype]()) * block_bytes[qtype]()
+
+
+@always_inline
+def chunk_offset[qtype: StaticString](b: Int) -> Int:
+    """Byte offset, within a row, of the block that holds 32-value chunk b."""
+    comptime if is_kquant[qtype]():
+        return (b // KSUBS) * block_bytes[qtype]()
+    else:
+        return b * block_bytes[qtype]()
+
+
+@always_inline
+def decode_chunk[qtype: StaticString](row: BytePtr, b: Int) -> Tuple[SIMD[F32, HALF], SIMD[F32, HALF]]:
+    """Decodes values 32 b .. 32 b + 31 of the row at `row` (any format, K-quants included)."""
+    comptime if is_kquant[qtype]():
+        return decode_ksub[qtype](row.unsafe_offset(chunk_offset[qtype](b)), b % KSUBS)
+    else:
+        return decode_block[qtype](row.unsafe_offset(chunk_offset[qtype](b)))
 
 
 def header_bytes[qtype: StaticString]() -> Int:
@@ -97,11 +136,33 @@ def decode_block[qtype: StaticString](blk: BytePtr) -> Tuple[SIMD[F32, HALF], SI
         var m = SIMD[F32, HALF](dm[1])
         var q = blk.unsafe_offset(4).unsafe_load[width=HALF](0)
         return ((q & 0xF).cast[F32]().fma(d, m), (q >> 4).cast[F32]().fma(d, m))
+    elif qtype == "q5_0" or qtype == "q5_1":
+        comptime q5_1 = qtype == "q5_1"
+        comptime qh_at = 4 if q5_1 else 2
+        var d = SIMD[F32, HALF](load_f16_as_f32(blk))
+        var qh = UInt32(blk[unsafe_offset=qh_at]) | (UInt32(blk[unsafe_offset=qh_at + 1]) << 8) | (
+            UInt32(blk[unsafe_offset=qh_at + 2]) << 16) | (UInt32(blk[unsafe_offset=qh_at + 3]) << 24)
+        var lanes = SIMD[DType.uint32, HALF](0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+        var high = SIMD[DType.uint32, HALF](qh)
+        var q = blk.unsafe_offset(qh_at + 4).unsafe_load[width=HALF](0).cast[DType.uint32]()
+        var lo = ((q & 0xF) | (((high >> lanes) & 1) << 4)).cast[F32]()
+        var hi = ((q >> 4) | (((high >> (lanes + 16)) & 1) << 4)).cast[F32]()
+        comptime if q5_1:
+            var m = SIMD[F32, HALF](load_f16_as_f32(blk.unsafe_offset(2)))
+            return (lo.fma(d, m), hi.fma(d, m))
+        else:
+            return ((lo - 16) * d, (hi - 16) * d)
     elif qtype == "q8_0":
         var d = block_d[HALF](blk)
         var q0 = blk.unsafe_offset(2).unsafe_load[width=HALF](0)
         var q1 = blk.unsafe_offset(2 + HALF).unsafe_load[width=HALF](0)
         return (bitcast[DType.int8, HALF](q0).cast[F32]() * d, bitcast[DType.int8, HALF](q1).cast[F32]() * d)
+    elif qtype == "bf16":
+        # bfloat16 is the top half of a float32.
+        var h0 = bitcast[DType.uint16, HALF](blk.unsafe_load[width=2 * HALF](0)).cast[DType.uint32]() << 16
+        var h1 = bitcast[DType.uint16, HALF](blk.unsafe_offset(2 * HALF).unsafe_load[width=2 * HALF](0)).cast[
+            DType.uint32]() << 16
+        return (bitcast[F32, HALF](h0), bitcast[F32, HALF](h1))
     elif qtype == "f16":
         var h0 = blk.unsafe_load[width=2 * HALF](0)
         var h1 = blk.unsafe_offset(2 * HALF).unsafe_load[width=2 * HALF](0)
@@ -133,8 +194,22 @@ def dot_block[qtype: StaticString](blk: BytePtr, x0: SIMD[F32, HALF], x1: SIMD[F
 
 
 @always_inline
+def dot_chunk[qtype: StaticString](row: BytePtr, b: Int, x0: SIMD[F32, HALF], x1: SIMD[F32, HALF]) -> SIMD[F32, HALF]:
+    """dot_block for chunk b of the row at `row`, any format."""
+    comptime if is_kquant[qtype]():
+        var w = decode_chunk[qtype](row, b)
+        return w[1].fma(x1, w[0] * x0)
+    else:
+        return dot_block[qtype](row.unsafe_offset(chunk_offset[qtype](b)), x0, x1)
+
+
+@always_inline
 def decode_value[qtype: StaticString](row: BytePtr, i: Int) -> Float32:
-    """Value i of a row stored in `qtype` ("f32" or a block format), one scalar at a time (GPU kernels)."""
+    """Value i of a row stored in `qtype` ("f32" or a block format), one scalar at a time (GPU kernels).
+
+    The Q4_0 / Q4_1 / Q8_0 / F16 forms read only the value's bytes; the other formats decode the value's
+    32-value chunk and take one lane.
+    """
     comptime if qtype == "f32":
         return row.unsafe_bitcast[Float32]()[unsafe_offset=i]
     elif qtype == "f16":
@@ -153,4 +228,5 @@ def decode_value[qtype: StaticString](row: BytePtr, i: Int) -> Float32:
             return load_f16_as_f32(blk) * Float32((q & 0xF) if j < 16 else (q >> 4)) + load_f16_as_f32(
                 blk.unsafe_offset(2))
         else:
-            comptime assert False, "unknown qtype"
+            var v = decode_chunk[qtype](row, i // QBLOCK)
+            return v[0][j] if j < HALF else v[1][j - HALF]

@@ -38,11 +38,11 @@ def odd_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
     not_gguf = root / "notes.gguf"
     not_gguf.write_text("hello")
-    return {"q5_0": write_gguf(TINY_LLAMA, root / "tiny-Q5_0.gguf", "Q5_0"), "gpt2": arch, "not_gguf": not_gguf}
+    return {"mxfp4": write_gguf(TINY_LLAMA, root / "tiny-MXFP4.gguf", "MXFP4"), "gpt2": arch, "not_gguf": not_gguf}
 
 
 @pytest.mark.parametrize("case,argv,words", [
-    ("tensor type", ["generate", "--model", "{q5_0}"], "Q5_0"),
+    ("tensor type", ["generate", "--model", "{mxfp4}"], "MXFP4"),
     ("architecture", ["generate", "--model", "{gpt2}"], "gpt2"),
     ("not a GGUF", ["generate", "--model", "{not_gguf}"], "not a GGUF"),
     ("missing file", ["generate", "--model", "/no/such/model.gguf"], "no such file"),

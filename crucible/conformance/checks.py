@@ -15,7 +15,9 @@ from crucible.conformance.attention_checks import (
     qkv_rope_write_graph,
 )
 from crucible.conformance.harness import CaseResult, Harness, result, round_bf16
-from crucible.conformance.matmul_checks import QTYPES, check_matmul, check_qmatmul, matmul_graph, qmatmul_graph
+from crucible.conformance.matmul_checks import (
+    K_QTYPES, QTYPES, check_matmul, check_qmatmul, matmul_graph, qmatmul_graph, quantized_weights,
+)
 from crucible.conformance.tolerance import U32, UBF16, error_ratio
 
 # Every matmul variant of a target is checked over the whole grid, each its own output of one graph per
@@ -107,41 +109,47 @@ def check_elementwise(h: Harness, dtype: str) -> list[CaseResult]:
     return out
 
 
+EMBED_HIDDEN = 768  # a multiple of the K-quants' 256-value super-block
+
+
 def embedding_graph(h: Harness):
-    """embedding from an f32 table and from each block format."""
+    """embedding from an f32 table and from each block format (QTYPES)."""
     from max.dtype import DType
     from max.graph import TensorType
 
     from graphs import kernel_ops as K
 
     f32 = DType.float32
-    hidden = 576
+    hidden = EMBED_HIDDEN
     types = [TensorType(DType.int64, ["t"], device=h.ref), TensorType(f32, ["v", hidden], device=h.ref)]
-    types += [TensorType(DType.uint8, ["v", hidden // 32 * nb], device=h.ref)
-              for nb in (18, 20, 34, 64)]
+    for q in QTYPES:
+        block, nbytes = K.QUANT_BLOCKS[q]
+        types.append(TensorType(DType.uint8, ["v", hidden // block * nbytes], device=h.ref))
 
-    def build(ids, tf32, t40, t41, t80, tf16):
-        tables = {"f32": tf32, "q4_0": t40, "q4_1": t41, "q8_0": t80, "f16": tf16}
-        return [K.embedding(ids.tensor, tables[q].tensor, hidden, q) for q in tables]
+    def build(ids, tf32, *tables):
+        return [K.embedding(ids.tensor, tf32.tensor, hidden, "f32")] + [
+            K.embedding(ids.tensor, t.tensor, hidden, q) for q, t in zip(QTYPES, tables)]
 
     return h.model("embedding", types, build)
 
 
 def check_embedding(h: Harness) -> list[CaseResult]:
     """crucible.embedding from an f32 table and from every block format (exact decode expected)."""
-    hidden = 576
+    hidden = EMBED_HIDDEN
     model = embedding_graph(h)
     rng = np.random.default_rng(3)
     table = rng.standard_normal((1000, hidden)).astype(np.float32)
-    enc = {q: R.quantize(table, q) for q in QTYPES}
+    enc = {q: quantized_weights(1000, hidden, q, rng) if q in K_QTYPES else R.quantize(table, q) for q in QTYPES}
     ids = np.array([0, 999, 5, 5, 123], np.int64)
-    ys = h.run(model, [ids, table] + [enc[q] for q in ("q4_0", "q4_1", "q8_0", "f16")])
+    ys = h.run(model, [ids, table] + [enc[q] for q in QTYPES])
     out = []
-    for q, y in zip(("f32", "q4_0", "q4_1", "q8_0", "f16"), ys):
+    for q, y in zip(("f32",) + QTYPES, ys):
         ref = table[ids].astype(np.float64) if q == "f32" else R.dequantize(enc[q], q, 1000, hidden)[ids]
-        # Decoding is exact up to one fp32 rounding of d * q + m.
+        # Decoding is exact up to the fp32 roundings of d * sc, the offset and d * q + offset (3 at most).
+        magnitude = np.abs(ref) if q == "f32" else (
+            np.abs(ref - R.block_offsets(enc[q], q, 1000, hidden)[ids]) + np.abs(R.block_offsets(enc[q], q, 1000, hidden)[ids]))
         out.append(result(h, "crucible.embedding", q, "float32", f"T=5 V=1000 H={hidden}",
-                          error_ratio(np.abs(y - ref), 2 * U32 * np.abs(ref) + 1e-30), 1.0))
+                          error_ratio(np.abs(y - ref), 4 * U32 * magnitude + 1e-30), 1.0))
     return out
 
 

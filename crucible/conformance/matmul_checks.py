@@ -12,7 +12,8 @@ MATMUL_M = (1, 2, 7, 8, 64, 300)
 MATMUL_KN = ((576, 1536), (1536, 576), (577, 33), (100, 1537), (16, 5))
 # The CPU GEMM runs M in slabs of 2016 rows (gemm_cpu.mojo SLAB_M): 2100 rows take two.
 MATMUL_BIG = ((1, 4096, 4096), (8, 4096, 4096), (64, 4096, 4096), (2100, 64, 40))
-QTYPES = ("q4_0", "q4_1", "q8_0", "f16")
+QTYPES = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "f16", "bf16")
+K_QTYPES = ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k")
 # The batch-1 int8 path takes blocks in octets (AVX2 without VNNI, Q4), then pairs, two pairs per step,
 # then a lone pair and a lone block: K = 64 is one lone pair, 96 (3 blocks) a lone pair and a lone
 # block, 160 (5) one step and a lone block, 480 (15) an octet, a step, a lone pair and a lone block,
@@ -21,6 +22,28 @@ QTYPES = ("q4_0", "q4_1", "q8_0", "f16")
 # 1 of its 4 groups and a lone block, 288 (9) a set with 2 and a lone block, 480 a set with 3 and 3
 # lone blocks, 576 one whole set and 2 lone blocks, 1536 and 4096 whole sets only.
 QMATMUL_KN = ((576, 1536), (1536, 576), (64, 33), (96, 40), (160, 7), (288, 17), (480, 24), (4096, 96))
+# K-quants: K is a multiple of their 256-value super-block; 256 is one super-block, 768 three, 1536
+# SmolLM2's MLP width; odd and small N.
+QMATMUL_KN_K = ((768, 577), (256, 33), (1536, 7), (512, 96))
+
+
+def qmatmul_shapes(qtype: str) -> list[tuple[int, int, int]]:
+    """(M, K, N) of the grid: every M (decode 1, batched decode 2-8 and 20 = 8 + 8 + 4, prefill 64-512)
+    at every (K, N), then long rows and a two-slab GEMM."""
+    if qtype in K_QTYPES:
+        kn = QMATMUL_KN_K
+        return [(m, k, n) for m in MATMUL_M + (20,) for k, n in kn] + [(512, 1536, 96), (1, 4096, 4096),
+                                                                       (8, 4096, 4096), (2100, 256, 33)]
+    return [(m, k, n) for m in MATMUL_M + (20,) for k, n in QMATMUL_KN] + [(512, 576, 96), (1, 4096, 4096),
+                                                                          (8, 4096, 4096), (2100, 64, 33)]
+
+
+def quantized_weights(n: int, k: int, qtype: str, rng: np.random.Generator) -> np.ndarray:
+    """[N, bytes] of `qtype` blocks: gguf-py's encoding of random normal rows, or random valid blocks
+    for the K-quants (which gguf-py cannot encode)."""
+    if qtype in K_QTYPES:
+        return R.random_blocks(n, k, qtype, rng)
+    return R.quantize(rng.standard_normal((n, k)).astype(np.float32), qtype)
 
 
 def matmul_graph(h: Harness, dtype: str, variants: tuple[str, ...]):
@@ -63,7 +86,7 @@ def check_matmul(h: Harness, dtype: str, variants: tuple[str, ...]) -> list[Case
 def qmatmul_acts(h: Harness, qtype: str) -> tuple[str, ...]:
     """Activation variants of qmatmul checked on this target: int8 activations exist for block
     formats on CPU only."""
-    return ("f32", "q8") if h.target == "cpu" and qtype != "f16" else ("f32",)
+    return ("f32", "q8") if h.target == "cpu" and qtype in ("q4_0", "q4_1", "q8_0") else ("f32",)
 
 
 def qmatmul_graph(h: Harness, qtype: str):
@@ -85,17 +108,14 @@ def qmatmul_graph(h: Harness, qtype: str):
 
 
 def check_qmatmul(h: Harness, qtype: str) -> list[CaseResult]:
-    """crucible.qmatmul for one block format, plus the misread-layout control for Q4 formats."""
+    """crucible.qmatmul for one block format, plus its misread-layout control."""
     model = qmatmul_graph(h, qtype)
     rng = np.random.default_rng(1)
     out = []
-    # M = 20 runs the decode kernel in row groups of 8, 8 and 4 (qmatmul_cpu.mojo: M <= 32).
-    # 2100 rows: the quantized GEMM in two M slabs.
-    shapes = [(m, k, n) for m in MATMUL_M + (20,) for k, n in QMATMUL_KN] + [(1, 4096, 4096), (8, 4096, 4096),
-                                                                            (2100, 64, 33)]
+    shapes = qmatmul_shapes(qtype)
     for m, k, n in shapes:
         x = rng.standard_normal((m, k)).astype(np.float32)
-        wq = R.quantize(rng.standard_normal((n, k)).astype(np.float32), qtype)
+        wq = quantized_weights(n, k, qtype, rng)
         if qtype == "q8_0":
             # The format allows the byte -128, which the reference quantizer never writes (|q| <= 127);
             # the AVX2 int8 path's sign trick must take it (qdot_int8.dot_i8_i8). One per 7 blocks.
@@ -105,7 +125,7 @@ def check_qmatmul(h: Harness, qtype: str) -> list[CaseResult]:
         ref = x.astype(np.float64) @ wd.T
         ys = h.run(model, [x, wq])
         y = ys[0]
-        bound = dot_bound(x, wd, ref, False)
+        bound = dot_bound(x, _magnitude(wq, wd, qtype), ref, False)
         out.append(result(h, "crucible.qmatmul", qtype, "float32", f"M={m} K={k} N={n}",
                           error_ratio(np.abs(y - ref), bound), 1.0))
         if len(ys) > 1 and m <= 32:  # act=q8 changes only the decode path (M <= 32)
@@ -116,14 +136,23 @@ def check_qmatmul(h: Harness, qtype: str) -> list[CaseResult]:
             act_bound = np.abs(x.astype(np.float64) - xq) @ np.abs(wd).T + bound
             out.append(result(h, "crucible.qmatmul", qtype + ":act=q8-vs-float", "int8 x",
                               f"M={m} K={k} N={n}", error_ratio(np.abs(ys[1] - ref), act_bound), 1.0))
-        if qtype in ("q4_0", "q4_1") and (m, k, n) == (7, 576, 1536):
-            wrong = x.astype(np.float64) @ R.dequantize_nibbles_swapped(wq, qtype, n, k).T
+        if (m, k, n) == (7,) + shapes[0][1:]:
+            wrong = x.astype(np.float64) @ R.dequantize_halves_swapped(wq, qtype, n, k).T
             # The control must fail: the kernel output is far from the misread-layout reference.
-            misread = error_ratio(np.abs(y - wrong), dot_bound(x, wd, wrong, False))
+            misread = error_ratio(np.abs(y - wrong), dot_bound(x, _magnitude(wq, wd, qtype), wrong, False))
             out.append(result(h, "crucible.qmatmul", qtype + ":misread-layout-is-detected", "float32",
                               f"M={m} K={k} N={n}", 1.0 / max(misread, 1e-30), 1.0))
     out += _qmatmul_special_x(h, model, qtype, rng)
     return out
+
+
+def _magnitude(wq: np.ndarray, wd: np.ndarray, qtype: str) -> np.ndarray:
+    """|w| for the bound, as |scaled quant| + |offset|: kernels may round the block offset (Q4_1's m,
+    Q4_0's -8 d, a K-quant's -dmin m) apart from d q, as ggml's own dot products do, and where the two
+    nearly cancel that rounding can be far above |w| itself."""
+    n, k = wd.shape
+    offset = R.block_offsets(wq, qtype, n, k)
+    return np.abs(wd - offset) + np.abs(offset)
 
 
 def _qmatmul_special_x(h: Harness, model: object, qtype: str, rng: np.random.Generator) -> list[CaseResult]:
@@ -132,25 +161,18 @@ def _qmatmul_special_x(h: Harness, model: object, qtype: str, rng: np.random.Gen
     A zero block, blocks of tiny (1e-35, under its 1e-30 floor) and small (1e-20) values, an outlier of
     1e4 beside values of 1e-3; then a NaN in x, which must reach every output as in fp32 arithmetic.
     """
-    k, n = 576, 1536
+    k, n = (512, 1536) if qtype in K_QTYPES else (576, 1536)
     x = rng.standard_normal((1, k)).astype(np.float32)
     x[0, 0:32] = 0.0
     x[0, 32:64] *= 1e-35
     x[0, 64:96] *= 1e-20
     x[0, 96:128] = 1e-3
     x[0, 100] = 1e4
-    wq = R.quantize(rng.standard_normal((n, k)).astype(np.float32), qtype)
+    wq = quantized_weights(n, k, qtype, rng)
     wd = R.dequantize(wq, qtype, n, k)
     ref = x.astype(np.float64) @ wd.T
     y = h.run(model, [x, wq])[0]
-    magnitude = wd
-    if qtype in ("q4_0", "q4_1"):
-        # Q4 kernels may sum the block offset apart, x . (d q) + offset sum x (Q4_1's m, Q4_0's -8 d),
-        # as ggml's own dot products do: an x that mixes 1e4 and 1e-3 in a block then meets the
-        # rounding of those two terms, which can be far above their sum (w = 0 at q = 8 for Q4_0).
-        # The bound takes |d q| + |offset| for |w|.
-        offset = R.q4_offsets(wq, qtype, n, k)
-        magnitude = np.abs(wd - offset) + np.abs(offset)
+    magnitude = _magnitude(wq, wd, qtype)
     out = [result(h, "crucible.qmatmul", qtype + ":special-x", "float32",
                   f"M=1 K={k} N={n} x: zero, tiny, outlier blocks",
                   error_ratio(np.abs(y - ref), dot_bound(x, magnitude, ref, False)), 1.0)]

@@ -31,6 +31,8 @@ def quantize(w: np.ndarray, qtype: str) -> np.ndarray:
 
     if qtype == "f16":
         return w.astype(np.float16).view(np.uint8).reshape(w.shape[0], -1)
+    if qtype.endswith("_k"):
+        raise ValueError(f"gguf-py cannot encode {qtype}: use random_blocks")
     return gguf.quants.quantize(w.astype(np.float32), gguf.GGMLQuantizationType[qtype.upper()])
 
 
@@ -47,28 +49,46 @@ def quantize_activations_q8(x: np.ndarray) -> np.ndarray:
     return (q.astype(np.float64) * d.astype(np.float64)).reshape(m, k)
 
 
-def q4_offsets(wq: np.ndarray, qtype: str, n_out: int, k_in: int) -> np.ndarray:
-    """The offset of every Q4 weight's block, float64 [N, K]: w = d q + offset, with offset = m
-    (Q4_1) or -8 d (Q4_0)."""
-    bb = {"q4_0": 18, "q4_1": 20}[qtype]
-    heads = wq.reshape(n_out, k_in // 32, bb)[..., :4].copy()
-    if qtype == "q4_0":
-        per_block = -8.0 * heads[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float64)
-    else:
-        per_block = heads[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float64)
-    return np.repeat(per_block, 32, axis=1)
+# Byte range [start, end) of the quants inside one block of each format (ggml-common.h).
+_QUANT_BYTES = {"q4_0": (2, 18), "q4_1": (4, 20), "q5_0": (2, 22), "q5_1": (4, 24), "q8_0": (2, 34),
+                "q2_k": (16, 80), "q3_k": (0, 96), "q4_k": (16, 144), "q5_k": (16, 176), "q6_k": (0, 192)}
 
 
-def dequantize_nibbles_swapped(wq: np.ndarray, qtype: str, n_out: int, k_in: int) -> np.ndarray:
-    """A plausible misreading of Q4 blocks (high nibble first): the conformance test shows our bounds
+def block_offsets(wq: np.ndarray, qtype: str, n_out: int, k_in: int) -> np.ndarray:
+    """The value every weight would take with its quants zeroed, float64 [N, K]: the offset term that
+    kernels may round apart from d * q (Q4_1's m, Q4_0's -8 d, a K-quant's -dmin m); zero for F16/BF16."""
+    if qtype not in _QUANT_BYTES:
+        return np.zeros((n_out, k_in))
+    import gguf
+
+    start, end = _QUANT_BYTES[qtype]
+    _, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype.upper()]]
+    blocks = wq.reshape(n_out, -1, nbytes).copy()
+    blocks[..., start:end] = 0
+    return dequantize(blocks.reshape(n_out, -1), qtype, n_out, k_in)
+
+
+def random_blocks(n_out: int, k_in: int, qtype: str, rng: np.random.Generator) -> np.ndarray:
+    """Random valid rows of `qtype` blocks [N, bytes]: random quants and packed scales, with every half
+    field (d, dmin) a finite value near 0.01. For the K-quants, which gguf-py decodes but cannot encode."""
+    import gguf
+
+    block, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype.upper()]]
+    blocks = rng.integers(0, 256, (n_out, k_in // block, nbytes), dtype=np.uint8)
+    # Byte offsets of the f16 fields in each K-quant super-block (ggml-common.h).
+    halves = {"q2_k": (80, 82), "q3_k": (108,), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,)}[qtype]
+    for at in halves:
+        d = (rng.standard_normal(blocks.shape[:2]) * 0.01).astype(np.float16)
+        blocks[..., at:at + 2] = d.view(np.uint8).reshape(*blocks.shape[:2], 2)
+    return blocks.reshape(n_out, -1)
+
+
+def dequantize_halves_swapped(wq: np.ndarray, qtype: str, n_out: int, k_in: int) -> np.ndarray:
+    """A plausible misreading of any format: values 16..31 of each 32-value chunk taken for values
+    0..15 and back (for Q4 blocks, the high nibble read first). The conformance test shows our bounds
     are tight enough to tell it apart from the real layout."""
-    bb = {"q4_0": 18, "q4_1": 20}[qtype]
-    head = 2 if qtype == "q4_0" else 4
-    blocks = wq.reshape(n_out, k_in // 32, bb)
-    swapped = blocks.copy()
-    qs = blocks[..., head:]
-    swapped[..., head:] = ((qs & 0x0F) << 4) | (qs >> 4)
-    return dequantize(swapped.reshape(n_out, -1), qtype, n_out, k_in)
+    w = dequantize(wq, qtype, n_out, k_in).reshape(n_out, k_in // 32, 2, 16)
+    return w[:, :, ::-1, :].reshape(n_out, k_in)
 
 
 def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:

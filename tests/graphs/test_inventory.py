@@ -35,13 +35,13 @@ def test_control_a_wrong_count_is_seen(tiny_models) -> None:
 
 
 def test_models_lists_a_file_it_cannot_load_and_loading_names_the_type(tmp_path: Path, capsys) -> None:
-    path = write_gguf(TINY_LLAMA, tmp_path / "tiny-q5_0.gguf", "Q5_0")
+    path = write_gguf(TINY_LLAMA, tmp_path / "tiny-mxfp4.gguf", "MXFP4")
     assert main(["models", str(path)]) == 0
     line = capsys.readouterr().out.strip()
-    assert line.startswith(f"{path}: llama,") and "Q5_0" in line and "parameters" in line
+    assert line.startswith(f"{path}: llama,") and "MXFP4" in line and "parameters" in line
     assert main(["generate", "hi", "--model", str(path), "--max-tokens", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "Q5_0" in err[0] and "Traceback" not in err[0]
+    assert len(err) == 1 and "MXFP4" in err[0] and "Traceback" not in err[0]
 
 
 @pytest.mark.parametrize("n,text", [(0, "0"), (999, "999"), (1500, "1.5K"), (2_500_000, "2.5M"),

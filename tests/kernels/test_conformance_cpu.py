@@ -28,11 +28,13 @@ def test_matmul_all_variants(cpu_harness: Harness) -> None:
 @pytest.mark.parametrize("qtype", checks.QTYPES)
 def test_qmatmul(cpu_harness: Harness, qtype: str) -> None:
     results = checks.check_qmatmul(cpu_harness, qtype)
-    _assert_all_pass(results, 6 * 5 + 2)
-    if qtype in ("q4_0", "q4_1"):
-        # The control case exists: a misread nibble order would have been caught.
-        assert any("misread-layout-is-detected" in r.variant for r in results)
-    if qtype != "f16":
+    _assert_all_pass(results, 7 * 4 + 4)
+    # The control case exists: a misread layout (halves of each 32-value chunk swapped; for Q4 the
+    # nibble order) would have been caught.
+    assert any("misread-layout-is-detected" in r.variant for r in results)
+    # M = 1, batched decode 2..20 and prefill up to 512 rows.
+    assert {1, 2, 8, 20, 64, 512} <= {int(r.shape.split()[0][2:]) for r in results if r.variant == qtype}
+    if qtype in ("q4_0", "q4_1", "q8_0"):
         # int8 activations: every decode-path shape (M <= 32) against both references.
         q8 = [r for r in results if ":act=q8" in r.variant]
         decode_shapes = sum(1 for r in results if r.variant == qtype and int(r.shape.split()[0][2:]) <= 32)

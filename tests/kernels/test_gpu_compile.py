@@ -14,9 +14,10 @@ import pytest
 
 from crucible.core.proc import child_env
 
-EXPECTED_GRAPHS = {
-    "matmul_float32_tiled_gemv", "matmul_bfloat16_auto_tiled_tensor_core_gemv", "qmatmul_q4_0", "qmatmul_q4_1",
-    "qmatmul_q8_0", "qmatmul_f16", "embedding", "elementwise_float32", "elementwise_bfloat16",
+from crucible.conformance.matmul_checks import QTYPES
+
+EXPECTED_GRAPHS = {f"qmatmul_{q}" for q in QTYPES} | {
+    "matmul_float32_tiled_gemv", "matmul_bfloat16_auto_tiled_tensor_core_gemv", "embedding", "elementwise_float32", "elementwise_bfloat16",
     "attention_ragged_float32_64", "attention_ragged_float32_128", "attention_ragged_bfloat16_64",
     "attention_ragged_bfloat16_128", "attention_paged_64", "attention_paged_128",
     "qkv_rope_write_64", "qkv_rope_write_128", "probes",

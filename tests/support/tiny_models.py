@@ -38,10 +38,16 @@ from tests.support.tiny_tokenizer import (
 )
 
 Arch = Literal["llama", "qwen2", "qwen3"]
-# GGUF tensor types the writer produces for 2-D weights; norms and biases are always F32.
+# GGUF tensor types the conftest writes every tiny model in; norms and biases are always F32.
 GGUF_WEIGHT_TYPES = ("F32", "F16", "Q8_0", "Q4_0", "Q4_1")
-# Types write_gguf can also write (gguf-py quantizes them) that Crucible does not load yet: tests of the error.
-GGUF_UNSUPPORTED_TYPES = ("Q5_0", "Q5_1")
+# Further types write_gguf writes, for single tensors (overrides) or whole files. gguf-py encodes the
+# 32-value formats and BF16; the K-quants it only decodes, so their tensors are random valid
+# super-blocks scaled to the float weight's spread (a tiny model's weights are random anyway, and the
+# reference decodes the same bytes).
+GGUF_MORE_TYPES = ("BF16", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+GGUF_K_TYPES = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+# A type write_gguf can write (gguf-py encodes it) that Crucible does not load: tests of the error.
+GGUF_UNSUPPORTED_TYPES = ("MXFP4",)
 GGUF_BLOCK = 32
 
 
@@ -237,9 +243,9 @@ def quantize_roundtrip(weights: dict[str, np.ndarray], weight_type: str) -> dict
     """
     import gguf
 
-    if weight_type not in GGUF_WEIGHT_TYPES + GGUF_UNSUPPORTED_TYPES:
-        raise ValueError(f"weight_type must be one of {GGUF_WEIGHT_TYPES + GGUF_UNSUPPORTED_TYPES}, "
-                         f"got {weight_type!r}")
+    known = GGUF_WEIGHT_TYPES + GGUF_MORE_TYPES + GGUF_UNSUPPORTED_TYPES
+    if weight_type not in known:
+        raise ValueError(f"weight_type must be one of {known}, got {weight_type!r}")
     out = {}
     for name, w in weights.items():
         if w.ndim == 1 or weight_type == "F32":
@@ -328,6 +334,27 @@ def _gguf_name(hf_name: str) -> str:
     return f"blk.{layer}.{table[module]}.{suffix}"
 
 
+def random_kquant_like(w: np.ndarray, wtype: str, rng: np.random.Generator) -> np.ndarray:
+    """Random valid `wtype` super-blocks [N, bytes] for a float weight w [N, K] (K a multiple of 256),
+    their d (and dmin) set so the decoded values have w's standard deviation."""
+    from crucible.conformance.naive import dequantize, random_blocks
+
+    qtype = wtype.lower()
+    n, k = w.shape
+    blocks = random_blocks(n, k, qtype, rng).reshape(n, k // 256, -1)
+    halves = {"q2_k": (80, 82), "q3_k": (108,), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,)}[qtype]
+    unit = dequantize(_set_halves(blocks, halves, 1.0).reshape(n, -1), qtype, n, k)
+    scale = float(np.std(w)) / max(float(np.std(unit)), 1e-30)
+    return _set_halves(blocks, halves, scale).reshape(n, -1)
+
+
+def _set_halves(blocks: np.ndarray, at: tuple[int, ...], value: float) -> np.ndarray:
+    out = blocks.copy()
+    for i in at:
+        out[..., i:i + 2] = np.frombuffer(np.float16(value).tobytes(), np.uint8)
+    return out
+
+
 def write_gguf(spec: TinyModelSpec, path: Path, weight_type: str = "F32",
                overrides: dict[str, str] | None = None) -> Path:
     """Writes the model as a GGUF file with its 2-D weights in ``weight_type``.
@@ -335,7 +362,7 @@ def write_gguf(spec: TinyModelSpec, path: Path, weight_type: str = "F32",
     Args:
         spec: The tiny model.
         path: Destination ``.gguf`` file.
-        weight_type: One of ``GGUF_WEIGHT_TYPES`` (or ``GGUF_UNSUPPORTED_TYPES``); applies to every 2-D
+        weight_type: One of ``GGUF_WEIGHT_TYPES``, ``GGUF_MORE_TYPES`` or ``GGUF_UNSUPPORTED_TYPES``; applies to every 2-D
             weight (embedding and lm_head included, as llama.cpp does); norms and biases stay F32.
         overrides: Types of single tensors, by a fragment of their HF name (``"q_proj"``,
             ``"input_layernorm"``: F32 or F16 for norms), as llama.cpp's mixed presets write them.
@@ -345,9 +372,9 @@ def write_gguf(spec: TinyModelSpec, path: Path, weight_type: str = "F32",
     """
     import gguf
 
-    if weight_type not in GGUF_WEIGHT_TYPES + GGUF_UNSUPPORTED_TYPES:
-        raise ValueError(f"weight_type must be one of {GGUF_WEIGHT_TYPES + GGUF_UNSUPPORTED_TYPES}, "
-                         f"got {weight_type!r}")
+    known = GGUF_WEIGHT_TYPES + GGUF_MORE_TYPES + GGUF_UNSUPPORTED_TYPES
+    if weight_type not in known:
+        raise ValueError(f"weight_type must be one of {known}, got {weight_type!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".gguf.tmp")
     writer = gguf.GGUFWriter(str(tmp), spec.arch)
@@ -365,7 +392,9 @@ def write_gguf(spec: TinyModelSpec, path: Path, weight_type: str = "F32",
     writer.add_rope_freq_base(spec.rope_theta)
     writer.add_layer_norm_rms_eps(spec.rms_norm_eps)
     writer.add_vocab_size(spec.vocab_size)
-    writer.add_file_type({"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9}[weight_type])
+    # llama_ftype of a file whose weights are all of one type (gguf.LlamaFileType).
+    writer.add_file_type({"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10,
+                          "Q3_K": 12, "Q4_K": 15, "Q5_K": 17, "Q6_K": 18, "BF16": 32, "MXFP4": 38}[weight_type])
 
     tok = build_tokenizer(TinyTokenizerSpec(spec.vocab_size))
     tokens = vocab_in_id_order(tok)
@@ -379,6 +408,7 @@ def write_gguf(spec: TinyModelSpec, path: Path, weight_type: str = "F32",
     writer.add_add_bos_token(False)
     writer.add_chat_template(CHAT_TEMPLATE)
 
+    rng = np.random.default_rng(spec.seed + 7)
     for hf_name, w in make_weights(spec).items():
         if spec.arch == "llama" and hf_name.endswith(("q_proj.weight", "k_proj.weight")):
             heads = spec.num_heads if "q_proj" in hf_name else spec.num_kv_heads
@@ -386,10 +416,15 @@ def write_gguf(spec: TinyModelSpec, path: Path, weight_type: str = "F32",
         name = _gguf_name(hf_name)
         wtype = next((t for frag, t in (overrides or {}).items() if frag in hf_name),
                      "F32" if w.ndim == 1 else weight_type)
+        if w.ndim == 1 and wtype not in ("F32", "F16"):
+            wtype = "F32"  # a bias of a tensor given a block type: llama.cpp keeps those F32 too
         if wtype == "F32":
             writer.add_tensor(name, w.astype(np.float32))
         elif wtype == "F16":
             writer.add_tensor(name, w.astype(np.float16))
+        elif wtype in GGUF_K_TYPES:
+            qt = gguf.GGMLQuantizationType[wtype]
+            writer.add_tensor(name, random_kquant_like(w, wtype, rng), raw_dtype=qt)
         else:
             qt = gguf.GGMLQuantizationType[wtype]
             writer.add_tensor(name, gguf.quants.quantize(w, qt), raw_dtype=qt)
