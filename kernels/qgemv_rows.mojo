@@ -9,8 +9,10 @@ from std.sys.info import CompilationTarget
 
 from .common import BytePtr, F32, Ptr
 from .cpu_tuning import FAR_PREFETCH, FAR_PREFETCH_PAIRS
-from .quant import HALF, QBLOCK, block_bytes, block_d, block_scales, chunk_offset, decode_chunk, dot_chunk, header_bytes, nibble_values
+from .quant import HALF, QBLOCK, block_bytes, block_d, block_scales, chunk_offset, decode_chunk, dot_chunk, five_bit_values, header_bytes, nibble_values
 
+
+comptime LANES = SIMD[DType.uint32, HALF](0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
 
 # Software prefetch distance along a weight row stream. 4 KB rather than 1 KB: at DRAM rates a 1 KB
 # lead is well under the memory latency (2 KB and 8 KB measured between or mixed).
@@ -78,6 +80,7 @@ def qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
         # offset m is applied once per block through the block sum of x, as a scalar. Q8_0 / F16:
         # dot_block.
         comptime q4 = qtype == "q4_0" or qtype == "q4_1"
+        comptime q5 = qtype == "q5_0" or qtype == "q5_1"
         comptime head = header_bytes[qtype]()
         # Q4_0's -8: in the AVX-512 lookup table for free; elsewhere nibble_values would spend 4
         # vector adds per block on it, so it joins the offset term as -8d * (block sum of x), as
@@ -113,6 +116,25 @@ def qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
                         accu[u * R + r] = t.fma(d, accu[u * R + r])
                         comptime if fold_q4_0:
                             offset[u * R + r] += -8.0 * d[0] * xsum[unsafe_offset=b]
+                elif q5:
+                    # Q5: each quant (nibble | fifth bit << 4) becomes a float by a two-table lookup
+                    # (quant.five_bit_values; Q5_0's -16 sits in the tables), the fifth bits moved to
+                    # bit 4 of each lane from qh (one 4-byte load). d once per block, and Q5_1's m
+                    # through the block sum of x.
+                    comptime qh_at = 4 if qtype == "q5_1" else 2
+                    comptime base5 = -16 if qtype == "q5_0" else 0
+                    var q = blk.unsafe_offset(qh_at + 4).unsafe_load[width=HALF](0).cast[DType.int32]()
+                    var qh = SIMD[DType.uint32, HALF](blk.unsafe_offset(qh_at).unsafe_bitcast[UInt32]()[unsafe_offset=0])
+                    # Bit j of qh to bit 4 of lane j (low half), bit j + 16 to bit 4 of lane j (high half).
+                    var i_lo = (q & 0xF) | ((qh << 4) >> LANES & 0x10).cast[DType.int32]()
+                    var i_hi = (q >> 4) | ((qh >> (LANES + 12)) & 0x10).cast[DType.int32]()
+                    var t = five_bit_values[base5](i_hi).fma(x1, five_bit_values[base5](i_lo) * x0)
+                    comptime if qtype == "q5_1":
+                        var dm = block_scales(blk)  # (d, m)
+                        accu[u * R + r] = t.fma(SIMD[F32, HALF](dm[0]), accu[u * R + r])
+                        offset[u * R + r] += dm[1] * xsum[unsafe_offset=b]
+                    else:
+                        accu[u * R + r] = t.fma(block_d[HALF](blk), accu[u * R + r])
                 else:
                     accu[u * R + r] += dot_chunk[qtype](rowp, b, x0, x1)
 

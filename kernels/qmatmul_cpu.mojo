@@ -3,7 +3,8 @@
 #   qgemv  M <= 32 (decode, and batched decode up to 32 sequences), in groups of up to 8 rows of x.
 #          Memory-bound on the quantized bytes: each block is decoded in registers and used by every
 #          row of its group. The rows: qgemv_rows.mojo (float x; M = 1 Q4_0 / Q4_1 take
-#          qgemv_groups.mojo on AVX-512BW and qgemv_octets.mojo on AVX2 without VNNI) and
+#          qgemv_groups.mojo on AVX-512BW and qgemv_octets.mojo on AVX2 without VNNI; M = 1 K-quants
+#          take qgemv_ksuper.mojo) and
 #          qgemv_rows_q8.mojo (act = "q8": x quantized to int8 per block).
 #   gemm   M > 32 (prefill). The fp32 GEMM of gemm_cpu.mojo with a packing step that decodes blocks
 #          into the KC x NR micro-panel; the float weights never exist beyond that panel.
@@ -20,11 +21,13 @@ from .gemv_cpu import GEMV_MAX_M
 from .qdot_int8 import (
     OCTETS, PAIR, PAIR_LANES, I8Ptr, octet_floats, octet_layout_q8, pair_layout_q8, quantize_rows_q8, row_pair_layout_q8,
 )
+from .qgemv_ksuper import qgemv_row_k
 from .qgemv_groups import GROUPS_F32, groups_layout, groups_x_sizes, qgemv_row_groups
 from .qgemv_octets import OCTET_VALUES, OCTET_X_BYTES, OCTETS_F32, octet_xo, octets_layout, qgemv_row_octets
 from .qgemv_rows import block_sums, far_allowed, far_prefetch, qgemv_rows
 from .qgemv_rows_q8 import qgemv_row_q8_mpairs, qgemv_row_q8_pairs, qgemv_rows_q8
 from .quant import QBLOCK, row_bytes_of
+from .quant_k import is_kquant
 
 comptime QGEMV_MAX_M = 32
 
@@ -70,6 +73,9 @@ def _rows_f32[MROWS: Int, qtype: StaticString](
     block_sums(x, K // QBLOCK, xsum)
 
     def row(n: Int, r: Int, far: Bool) {var y, var x, var xsum, var w, var row_bytes, var N, var K}:
+        comptime if MROWS == 1 and is_kquant[qtype]():
+            qgemv_row_k[qtype](x, xsum, w, row_bytes, y, n, K, far)
+            return
         if r == R:
             qgemv_rows[MROWS, R, qtype](x, xsum, w, row_bytes, y, n, N, K, far)
         else:

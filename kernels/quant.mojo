@@ -122,6 +122,19 @@ def nibble_values[base: Int](q: SIMD[DType.int32, HALF]) -> SIMD[F32, HALF]:
 
 
 @always_inline
+def five_bit_values[base: Int](q: SIMD[DType.int32, HALF]) -> SIMD[F32, HALF]:
+    """Float(base + (q & 31)) per lane: a Q5 quant (nibble | fifth bit << 4) as a float, base 0 (Q5_1)
+    or -16 (Q5_0). With AVX-512 it is one two-table lookup (vpermt2ps reads the low 5 bits of each
+    index lane), as nibble_values is one vpermps; the offset sits in the tables."""
+    comptime if CompilationTarget.has_avx512f() and HALF == 16:
+        var lo = SIMD[F32, HALF](0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15) + Float32(base)
+        var hi = lo + 16
+        return llvm_intrinsic["llvm.x86.avx512.vpermi2var.ps.512", SIMD[F32, HALF]](lo, q, hi)
+    else:
+        return ((q & 31) + Int32(base)).cast[F32]()
+
+
+@always_inline
 def decode_block[qtype: StaticString](blk: BytePtr) -> Tuple[SIMD[F32, HALF], SIMD[F32, HALF]]:
     """Decodes one block at `blk` into its 32 float values (lo half, hi half)."""
     comptime if qtype == "q4_0":
