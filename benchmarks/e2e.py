@@ -7,8 +7,9 @@ Systems (same model, SmolLM2-135M by default):
   max        MAX's built-in Llama pipeline on the same weights dequantized to float32 (what MAX runs on
              CPU), through `max generate --num-warmups 1`: its context-encoding and token-generation
              throughput (it stops at end-of-turn, so decode may cover fewer tokens).
-  llama.cpp  `llama-bench -p <prompt> -n <gen>` on the same GGUF, built from the llama-cpp-python sdist
-             (benchmarks/llamacpp.py; built on request, cached).
+  llama.cpp  `llama-bench -p <prompt> -n <gen> -d <prompt> -fa 0,1` on the same GGUF, built from the
+             llama-cpp-python sdist (benchmarks/llamacpp.py; built on request, cached): decode at the
+             same context depth as ours, each test at its faster flash-attention setting.
 Each repetition runs every system once, in turn; the report gives medians, min-max spread, ratios,
 the speed targets as MET / NOT MET, JSON and a PNG chart.
 """
@@ -140,10 +141,11 @@ def max_sample(folder: Path, text: str, gen_tokens: int, rep: int) -> Sample:
 
 
 def llama_cpp_sample(build, gguf: Path, prompt_tokens: int, gen_tokens: int, rep: int) -> Sample:
-    from benchmarks.llamacpp import llama_bench
+    from benchmarks.llamacpp import best_rows, llama_bench
 
-    rows = {r.test[:2]: r for r in llama_bench(build, gguf, n_prompt=prompt_tokens, n_gen=gen_tokens,
-                                               threads=os.cpu_count() or 2, repetitions=1)}
+    # Decode at the same depth as ours (after the prompt), at llama.cpp's faster -fa per test.
+    rows = best_rows(llama_bench(build, gguf, n_prompt=prompt_tokens, n_gen=gen_tokens,
+                                 threads=os.cpu_count() or 2, repetitions=1, depth=prompt_tokens))
     return Sample("llama.cpp", rep, statistics.median(rows["pp"].tok_s_samples),
                   statistics.median(rows["tg"].tok_s_samples), prompt_tokens, gen_tokens)
 

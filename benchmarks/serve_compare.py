@@ -141,9 +141,18 @@ def check_serve_targets(results: dict[str, list[LoadResult]]) -> list[dict[str, 
                 targets += [{"target": f"{name}: output tok/s", "met": None, "value": None},
                             {"target": f"{name}: p99 TTFT", "met": None, "value": None}]
                 continue
-            ratio = a.output_tok_per_s / b.output_tok_per_s if b.output_tok_per_s else float("inf")
+            broken = [f"{s} had {r.errors} failed requests" if r.errors else f"{s} produced no tokens"
+                      for s, r in (("crucible", a), (other, b))
+                      if r.errors or not r.output_tok_per_s or r.ttft_p99_s is None]
+            if broken:
+                # A run with failed requests is no measurement: never a ratio of infinity called MET.
+                reason = "; ".join(broken)
+                targets += [{"target": f"{name}: output tok/s", "met": None, "value": None, "failed": reason},
+                            {"target": f"{name}: p99 TTFT", "met": None, "value": None, "failed": reason}]
+                continue
+            ratio = a.output_tok_per_s / b.output_tok_per_s
             targets.append({"target": f"{name}: output tok/s >= 1.0x", "met": ratio >= 1.0, "value": ratio})
-            ttft = (a.ttft_p99_s or float("inf")) / (b.ttft_p99_s or float("inf"))
+            ttft = a.ttft_p99_s / b.ttft_p99_s
             targets.append({"target": f"{name}: p99 TTFT ratio <= 1.0", "met": ttft <= 1.0, "value": ttft})
     return targets
 
@@ -153,6 +162,9 @@ def format_compare(results: dict[str, list[LoadResult]], targets: list[dict[str,
     header = format_results("x", []).splitlines()[0]
     lines = [header] + [ln for p in parts for ln in p]
     for t in targets:
+        if t.get("failed"):
+            lines.append(f"FAILED   {t['target']}: {t['failed']}")
+            continue
         state = "SKIPPED" if t["met"] is None else ("MET    " if t["met"] else "NOT MET")
         value = "-" if t["value"] is None else f"{t['value']:.2f}"
         lines.append(f"{state}  {t['target']}: {value}")

@@ -90,8 +90,8 @@ class ModelConfig:
         if self.num_heads % self.num_kv_heads:
             raise UnsupportedModelError(
                 f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
-        if self.head_dim not in (64, 128):
-            raise UnsupportedModelError(f"head_dim {self.head_dim} is not supported (64 or 128)")
+        if self.head_dim not in (64, 128, 256):
+            raise UnsupportedModelError(f"head_dim {self.head_dim} is not supported (64, 128 or 256)")
         if self.num_layers < 1 or self.hidden_size < 1:
             raise UnsupportedModelError("a model needs at least one layer and a positive width")
         if self.rope_freq_factors is not None and len(self.rope_freq_factors) != self.head_dim // 2:

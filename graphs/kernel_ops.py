@@ -68,8 +68,8 @@ def qmatmul(x: TensorValue, wq: TensorValue, n_out: int, k_in: int, qtype: QType
         qtype: Block format of wq.
         act: "f32" keeps x in float32; "q8" quantizes x to int8 per 32-value block on the CPU
             decode path (M <= 32) and uses integer dot products (kernels/qdot_int8.mojo), for the
-            formats of Q8_ACT_QTYPES; the others always use "f32" (provenance.kernel_variant says
-            which ran).
+            formats of Q8_ACT_QTYPES; the others always use "f32" (the model's load line and
+            provenance name them: CrucibleModel.float_activation_types).
 
     Returns:
         [M, N] float32.
@@ -199,7 +199,8 @@ def silu_mul(gate_up: TensorValue) -> TensorValue:
     return ops.custom("crucible.silu_mul", _device(gate_up), [gate_up], [out])[0].tensor
 
 
-def attention_ragged(q: TensorValue, k: TensorValue, v: TensorValue, row_offsets: TensorValue) -> TensorValue:
+def attention_ragged(q: TensorValue, k: TensorValue, v: TensorValue, row_offsets: TensorValue,
+                     window: int = 0) -> TensorValue:
     """Causal GQA attention within each sequence of a ragged batch (K/V contiguous, no cache).
 
     Args:
@@ -212,7 +213,8 @@ def attention_ragged(q: TensorValue, k: TensorValue, v: TensorValue, row_offsets
         [T, Hq, D].
     """
     out = TensorType(q.dtype, q.shape, device=_device(q))
-    return ops.custom("crucible.attention_ragged", _device(q), [q, k, v, row_offsets], [out])[0].tensor
+    return ops.custom("crucible.attention_ragged", _device(q), [q, k, v, row_offsets], [out],
+                      parameters={"window": int(window)})[0].tensor
 
 
 def kv_cache_write(kv_blocks: BufferValue, k: TensorValue, v: TensorValue, row_offsets: TensorValue,
@@ -234,7 +236,8 @@ def kv_cache_write(kv_blocks: BufferValue, k: TensorValue, v: TensorValue, row_o
 
 
 def attention_paged(q: TensorValue, kv_blocks: BufferValue, row_offsets: TensorValue,
-                    cache_lengths: TensorValue, lookup_table: TensorValue, layer: int) -> TensorValue:
+                    cache_lengths: TensorValue, lookup_table: TensorValue, layer: int,
+                    window: int = 0) -> TensorValue:
     """Causal GQA attention of new tokens over their sequence's cached and new K/V (paged).
 
     The new tokens' K/V must already be written (``kv_cache_write`` or ``qkv_rope_write``). Token i
@@ -248,15 +251,19 @@ def attention_paged(q: TensorValue, kv_blocks: BufferValue, row_offsets: TensorV
         cache_lengths: [B] uint32.
         lookup_table: [B, max_pages] uint32.
         layer: Layer index into the cache.
+        window: 0 for causal attention over the whole prefix; W > 0 for a sliding window (a query at
+            position p sees positions p - W + 1 .. p).
 
     Returns:
         [T, Hq, D].
     """
+    if window < 0:
+        raise ValueError(f"window must be 0 (none) or positive, got {window}")
     layer_t = ops.constant(layer, DType.uint32, device=DeviceRef.CPU())
     out = TensorType(q.dtype, q.shape, device=_device(q))
     return ops.inplace_custom("crucible.attention_paged", _device(q),
                               [q, kv_blocks, row_offsets, cache_lengths, lookup_table, layer_t],
-                              [out])[0].tensor
+                              [out], parameters={"window": int(window)})[0].tensor
 
 
 def read_bandwidth(x: TensorValue) -> TensorValue:

@@ -150,14 +150,33 @@ class CrucibleModel:
         self.thread_tuner = CpuThreadTuner(options.tune_threads and options.device == "cpu")
 
     def load_line(self) -> str:
-        """One line for the user: what the model holds, the load time and the peak resident memory."""
-        return load_line(self.inventory, self.load_seconds)
+        """One line for the user: what the model holds, the load time and the peak resident memory, and
+        which tensor types keep float activations when int8 activations were asked for."""
+        line = load_line(self.inventory, self.load_seconds)
+        float_types = self.float_activation_types()
+        if float_types:
+            line += (f"; --activations q8 applies to Q4_0, Q4_1 and Q8_0 tensors, the {', '.join(float_types)} "
+                     f"ones run float activations")
+        return line
+
+    def float_activation_types(self) -> list[str]:
+        """Block formats of this model's matmuls that run float activations although options.activations
+        is "q8" (the int8 path exists for kernel_ops.Q8_ACT_QTYPES); empty otherwise."""
+        from graphs.kernel_ops import Q8_ACT_QTYPES
+
+        if self.options.activations != "q8":
+            return []
+        w = self.weights
+        linears = [w.lm_head] + [lin for layer in w.layers
+                                 for lin in (*layer.qkv, layer.o_proj, *layer.gate_up, layer.down)]
+        return sorted({lin.qtype.upper() for lin in linears if lin.qtype != "f32" and lin.qtype not in Q8_ACT_QTYPES})
 
     @property
     def provenance(self) -> dict[str, object]:
         """Which kernels this model runs (ours or MAX's), on which target, from which kernel build."""
         return {**summary(self.ops), "kernel_build": self.kernels.content_hash, "device": self.options.device,
-                "activations": self.options.activations, "cpu_threads": self.thread_tuner.status}
+                "activations": self.options.activations, "float_activation_types": self.float_activation_types(),
+                "cpu_threads": self.thread_tuner.status}
 
     def execute(self, tokens: np.ndarray, row_offsets: np.ndarray, logit_rows: np.ndarray,
                 kv_inputs: list) -> np.ndarray:

@@ -6,7 +6,10 @@
 #   attention_paged   new tokens attend to their sequence's cached K/V plus their own, read from MAX's
 #                     paged KV cache (run crucible.kv_cache_write for the new rows first). Covers
 #                     prefill (cache empty), prefill with history (chunked or continued) and decode.
-# Supported: n_heads a multiple of n_kv_heads; head_dim 64 or 128; any sequence lengths, crossing pages.
+# Parameter window: 0 (default) for causal attention over the whole prefix; W > 0 for a sliding window
+# in which a query at position p sees keys p - W + 1 .. p (Gemma 3's local layers, as transformers and
+# llama.cpp mask them). Compile-time, so a model's local and global layers are two instances of one op.
+# Supported: n_heads a multiple of n_kv_heads; head_dim 64, 128 or 256; any sequence lengths, crossing pages.
 
 import extensibility
 from extensibility import InputTensor, IO, IOSpec, ManagedTensorSlice, OutputTensor
@@ -20,28 +23,29 @@ from .kv_layout import KVView
 comptime MutableInputTensor = ManagedTensorSlice[io_spec=IOSpec[True, IO.Input](), ...]
 
 
-def _dispatch_head_dim[dtype: DType, target: StaticString](
+def _dispatch_head_dim[dtype: DType, target: StaticString, window: Int](
     o: Ptr[dtype], q: Ptr[dtype], kv: KVView[dtype], offsets: Ptr[DType.uint32], cache_lens: Ptr[DType.uint32],
     has_cache: Bool, T: Int, B: Int, Hq: Int, Hkv: Int, D: Int, ctx: DeviceContext,
 ) raises:
+    comptime assert window >= 0, "crucible.attention: window is 0 (none) or a positive number of positions"
     if Hkv == 0 or Hq % Hkv != 0:
         raise Error("crucible.attention: n_heads ", Hq, " must be a multiple of n_kv_heads ", Hkv)
-    comptime for d in [64, 128]:
+    comptime for d in [64, 128, 256]:
         if D == d:
             comptime if target == "cpu":
                 comptime assert dtype == F32, "crucible.attention on CPU computes in float32"
                 attention_cpu[d](rebind[Ptr[F32]](o), rebind[Ptr[F32]](q), rebind[KVView[F32]](kv),
-                                 offsets, cache_lens, has_cache, B, Hq, Hkv, ctx)
+                                 offsets, cache_lens, has_cache, B, Hq, Hkv, ctx, window)
             else:
-                attention_gpu[dtype, d](o, q, kv, offsets, cache_lens, has_cache, T, B, Hq, Hkv, ctx)
+                attention_gpu[dtype, d](o, q, kv, offsets, cache_lens, has_cache, T, B, Hq, Hkv, ctx, window)
             return
-    raise Error("crucible.attention: head_dim ", D, " is not supported (64 or 128)")
+    raise Error("crucible.attention: head_dim ", D, " is not supported (64, 128 or 256)")
 
 
 @extensibility.register("crucible.attention_ragged")
 struct AttentionRagged:
     @staticmethod
-    def execute[target: StaticString](
+    def execute[target: StaticString, window: Int = 0](
         o: OutputTensor[rank=3, ...],
         q: InputTensor[dtype=o.dtype, rank=3, ...],
         k: InputTensor[dtype=o.dtype, rank=3, ...],
@@ -63,14 +67,14 @@ struct AttentionRagged:
             if Int(offsets[unsafe_offset=B]) != T or Int(offsets[unsafe_offset=0]) != 0:
                 raise Error("crucible.attention_ragged: row_offsets must run from 0 to T=", T)
         var kv = KVView[o.dtype].ragged(k.unsafe_ptr(), v.unsafe_ptr(), Hkv, D)
-        _dispatch_head_dim[o.dtype, target](o.unsafe_ptr(), q.unsafe_ptr(), kv, offsets, offsets, False,
+        _dispatch_head_dim[o.dtype, target, window](o.unsafe_ptr(), q.unsafe_ptr(), kv, offsets, offsets, False,
                                             T, B, Hq, Hkv, D, ctx)
 
 
 @extensibility.register("crucible.attention_paged")
 struct AttentionPaged:
     @staticmethod
-    def execute[target: StaticString](
+    def execute[target: StaticString, window: Int = 0](
         o: OutputTensor[rank=3, ...],
         q: InputTensor[dtype=o.dtype, rank=3, ...],
         kv_blocks: MutableInputTensor[dtype=o.dtype, rank=6, ...],
@@ -113,5 +117,5 @@ struct AttentionPaged:
                 for p in range((n_ctx + page_size - 1) // page_size):
                     if Int(kv.lookup()[unsafe_offset=b * kv.lookup_cols + p]) >= pages:
                         raise Error("crucible.attention_paged: page id out of range for sequence ", b)
-        _dispatch_head_dim[o.dtype, target](o.unsafe_ptr(), q.unsafe_ptr(), kv, offsets, lens, True,
+        _dispatch_head_dim[o.dtype, target, window](o.unsafe_ptr(), q.unsafe_ptr(), kv, offsets, lens, True,
                                             T, B, Hq, Hkv, D, ctx)

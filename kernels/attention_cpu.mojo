@@ -17,7 +17,8 @@ from std.math import exp, sqrt
 from max.gpu.host import DeviceContext
 
 from .attention_tile import (
-    BK, NEG_INF, ROWS, key_end, run_tile, tile_block, tile_floats, tile_init, tile_kt, tile_ml, tile_scores, write_rows,
+    BK, NEG_INF, ROWS, key_end, run_tile, tile_block, tile_floats, tile_init, tile_kt, tile_ml, tile_scores,
+    window_start, write_rows,
 )
 from .common import F32, FW, Ptr, ceil_div, cpu_threads, parallel_for, scratch
 from .cpu_tuning import NEXT_WINDOW_PREFETCH
@@ -65,9 +66,10 @@ def key_splits(units: Int, workers: Int, max_ctx: Int, kv_row: Int) -> Int:
 
 def attention_cpu[D: Int](
     o: Ptr[F32], q: Ptr[F32], kv: KVView[F32], offsets: Ptr[DType.uint32], cache_lens: Ptr[DType.uint32],
-    has_cache: Bool, B: Int, Hq: Int, Hkv: Int, ctx: DeviceContext,
+    has_cache: Bool, B: Int, Hq: Int, Hkv: Int, ctx: DeviceContext, window: Int = 0,
 ) raises:
-    """Computes o[t, h, :] = softmax(q[t, h] . K^T / sqrt(D)) V over the causal prefix of t's sequence.
+    """Computes o[t, h, :] = softmax(q[t, h] . K^T / sqrt(D)) V over the causal prefix of t's sequence,
+    or with window > 0 over its last `window` positions (t's own included).
 
     Without a cache (has_cache False, ragged prefill) every sequence starts at position 0.
     """
@@ -120,7 +122,7 @@ def attention_cpu[D: Int](
     var work = scratch[F32](n_tiles * splits * per_task)
 
     def task(id: Int) {var o, var q, var kv, var offsets, var cache_lens, var has_cache, var Hq, var G, var tq, var scale,
-                       var splits, var tile_b, var work, var per_task}:
+                       var splits, var tile_b, var work, var per_task, var window}:
         var tile = id // splits
         var split = id % splits
         var b = Int(tile_b[unsafe_offset=3 * tile])
@@ -130,15 +132,17 @@ def attention_cpu[D: Int](
         var t1 = min(Int(offsets[unsafe_offset=b + 1]), t0 + tq)
         var ctx_start = Int(cache_lens[unsafe_offset=b]) if has_cache else 0
         var n_keys = ctx_start + (t1 - 1 - seq_start) + 1
-        var chunk = ceil_div(n_keys, splits)
+        var k_first = window_start(ctx_start + t0 - seq_start, window)  # keys before it are out of sight
+        var chunk = ceil_div(n_keys - k_first, splits)
         var mem = work.unsafe_offset(id * per_task)
-        run_tile[D](q, kv, b, g, G, Hq, seq_start, ctx_start, t0, t1, split * chunk,
-                 min(n_keys, (split + 1) * chunk), scale, mem, tile_ml[D](mem), tile_scores[D](mem), tile_kt[D](mem))
+        run_tile[D](q, kv, b, g, G, Hq, seq_start, ctx_start, t0, t1, k_first + split * chunk,
+                 min(n_keys, k_first + (split + 1) * chunk), scale, mem, tile_ml[D](mem), tile_scores[D](mem),
+                 tile_kt[D](mem), window)
         if splits == 1:
             write_rows[D](o, mem, tile_ml[D](mem), t0, t1, g, G, Hq)
 
     def slot_task(id: Int) {var o, var q, var kv, var offsets, var cache_lens, var has_cache, var Hq, var Hkv, var G,
-                            var scale, var splits, var seq_b, var work, var per_task}:
+                            var scale, var splits, var seq_b, var work, var per_task, var window}:
         var b = Int(seq_b[unsafe_offset=2 * (id // splits)])
         var first_tile = Int(seq_b[unsafe_offset=2 * (id // splits) + 1])
         var split = id % splits
@@ -146,9 +150,11 @@ def attention_cpu[D: Int](
         var t1 = Int(offsets[unsafe_offset=b + 1])
         var ctx_start = Int(cache_lens[unsafe_offset=b]) if has_cache else 0
         var n_keys = ctx_start + (t1 - 1 - seq_start) + 1
+        # A sliding window's first key, rounded down to a whole slot window (tile_block masks the rest).
+        var k_first = (window_start(ctx_start, window) // SLOT_KEYS) * SLOT_KEYS
         # Whole windows per split keep a window inside one page (page sizes are multiples of it).
-        var chunk = ceil_div(ceil_div(n_keys, splits), SLOT_KEYS) * SLOT_KEYS
-        var k_lo = min(n_keys, split * chunk)
+        var chunk = ceil_div(ceil_div(n_keys - k_first, splits), SLOT_KEYS) * SLOT_KEYS
+        var k_lo = min(n_keys, k_first + split * chunk)
         var k_end = key_end(seq_start, ctx_start, t1, k_lo + chunk)
         for g in range(Hkv):
             var mem = work.unsafe_offset(((first_tile + g) * splits + split) * per_task)
@@ -163,7 +169,7 @@ def attention_cpu[D: Int](
                 var mem = work.unsafe_offset(((first_tile + g) * splits + split) * per_task)
                 tile_block[D, False](q, kv, b, g, G, Hq, seq_start, ctx_start, seq_start, t1, j0, j1, k_end,
                                       scale, mem, tile_ml[D](mem), tile_scores[D](mem), tile_kt[D](mem),
-                                      j1, g * nxt, (g + 1) * nxt, Hkv)
+                                      j1, g * nxt, (g + 1) * nxt, Hkv, window)
             j0 = j1
         if splits == 1:
             for g in range(Hkv):

@@ -11,8 +11,9 @@
 # unnormalized partial (m, l, acc) and a second kernel merges the splits per (t, head).
 # Why split: a decode step has one token, so (token, head) parallelism alone leaves most SMs idle; S
 # targets about TARGET_BLOCKS blocks. Splits interleave chunks because the host does not know the
-# sequence lengths (they live on the device). Why share K/V across heads: one block per query head
-# read a group's K/V once per query head.
+# sequence lengths (they live on the device). A sliding window (window > 0) skips the chunks wholly
+# before a query's window and masks the keys of the one it starts in. Why share K/V across heads: one
+# block per query head read a group's K/V once per query head.
 
 from std.math import exp, sqrt
 from std.memory import stack_allocation
@@ -63,7 +64,7 @@ def _attention_split_kernel[dtype: DType, D: Int, VEC: Int](
     o: Ptr[dtype], ws: Ptr[F32], q: Ptr[dtype], k_base: Ptr[dtype], v_base: Ptr[dtype],
     lookup: Ptr[DType.uint32], offsets: Ptr[DType.uint32], cache_lens: Ptr[DType.uint32], B: Int32,
     Hq: Int32, Hkv: Int32, HB: Int32, S: Int32, lookup_cols: Int64, page_size: Int64, page_stride: Int64,
-    slot_stride: Int64, head_stride: Int64, paged: Int32, has_cache: Int32,
+    slot_stride: Int64, head_stride: Int64, paged: Int32, has_cache: Int32, window: Int32,
 ):
     # o: [T, Hq, D]; ws (S > 1): [T, Hq, S, D + 2] partials (m, l, acc[D]); q: [T, Hq, D].
     comptime PER_LANE = D // WARP_SIZE
@@ -86,6 +87,7 @@ def _attention_split_kernel[dtype: DType, D: Int, VEC: Int](
     var b = sequence_of(t, offsets, Int(B))
     var seq_start = Int(offsets[unsafe_offset=b])
     var pos = (Int(cache_lens[unsafe_offset=b]) if has_cache != 0 else 0) + t - seq_start
+    var lo = max(0, pos - Int(window) + 1) if window > 0 else 0  # the sliding window's first key
     var scale = Float32(1.0) / sqrt(Float32(D))
 
     var qs = stack_allocation[MAX_HB * D, Float32, address_space=AddressSpace.SHARED]()
@@ -101,8 +103,11 @@ def _attention_split_kernel[dtype: DType, D: Int, VEC: Int](
     var acc = Array[SIMD[F32, PER_LANE], MAX_HB](fill=SIMD[F32, PER_LANE](0))
     var chunk = s_idx * WARPS + w
     while chunk * WS <= pos:
+        if (chunk + 1) * WS <= lo:  # the whole chunk is before the window
+            chunk += n_splits * WARPS
+            continue
         var j = chunk * WS + lane
-        var valid = j <= pos
+        var valid = j <= pos and j >= lo
         var sc = Array[Float32, MAX_HB](fill=NEG_INF)
         if valid:
             var kp = kv.key(b, seq_start, j, g)
@@ -182,34 +187,35 @@ def heads_per_block(ratio: Int) -> Int:
 def _launch_split[dtype: DType, D: Int](
     o: Ptr[dtype], ws: Ptr[F32], q: Ptr[dtype], kv: KVView[dtype], offsets: Ptr[DType.uint32],
     cache_lens: Ptr[DType.uint32], has_cache: Bool, T: Int, B: Int, Hq: Int, Hkv: Int, hb: Int,
-    n_splits: Int, ctx: DeviceContext,
+    n_splits: Int, ctx: DeviceContext, window: Int,
 ) raises:
     """Enqueues the split kernel with 16-byte key loads, or scalar ones when a key row is not aligned."""
     comptime VEC = 16 // size_of[dtype]()
     var aligned = (Int(kv.base()) % 16 == 0 and Int(kv.v_base()) % 16 == 0 and kv.slot_stride % VEC == 0
                    and kv.head_stride % VEC == 0 and (not kv.paged or kv.page_stride % VEC == 0))
     if aligned:
-        _enqueue_split[dtype, D, VEC](o, ws, q, kv, offsets, cache_lens, has_cache, T, B, Hq, Hkv, hb, n_splits, ctx)
+        _enqueue_split[dtype, D, VEC](o, ws, q, kv, offsets, cache_lens, has_cache, T, B, Hq, Hkv, hb, n_splits, ctx, window)
     else:
-        _enqueue_split[dtype, D, 1](o, ws, q, kv, offsets, cache_lens, has_cache, T, B, Hq, Hkv, hb, n_splits, ctx)
+        _enqueue_split[dtype, D, 1](o, ws, q, kv, offsets, cache_lens, has_cache, T, B, Hq, Hkv, hb, n_splits, ctx, window)
 
 
 def _enqueue_split[dtype: DType, D: Int, VEC: Int](
     o: Ptr[dtype], ws: Ptr[F32], q: Ptr[dtype], kv: KVView[dtype], offsets: Ptr[DType.uint32],
     cache_lens: Ptr[DType.uint32], has_cache: Bool, T: Int, B: Int, Hq: Int, Hkv: Int, hb: Int,
-    n_splits: Int, ctx: DeviceContext,
+    n_splits: Int, ctx: DeviceContext, window: Int,
 ) raises:
     ctx.enqueue_function[_attention_split_kernel[dtype, D, VEC]](
         o, ws, q, kv.base(), kv.v_base(), kv.lookup(), offsets, cache_lens, Int32(B), Int32(Hq),
         Int32(Hkv), Int32(hb), Int32(n_splits), Int64(kv.lookup_cols), Int64(kv.page_size),
         Int64(kv.page_stride), Int64(kv.slot_stride), Int64(kv.head_stride), Int32(1 if kv.paged else 0),
-        Int32(1 if has_cache else 0), grid_dim=(T, Hq // hb, n_splits), block_dim=WARPS * WARP_SIZE,
+        Int32(1 if has_cache else 0), Int32(window), grid_dim=(T, Hq // hb, n_splits), block_dim=WARPS * WARP_SIZE,
     )
 
 
 def attention_gpu[dtype: DType, D: Int](
     o: Ptr[dtype], q: Ptr[dtype], kv: KVView[dtype], offsets: Ptr[DType.uint32],
     cache_lens: Ptr[DType.uint32], has_cache: Bool, T: Int, B: Int, Hq: Int, Hkv: Int, ctx: DeviceContext,
+    window: Int = 0,
 ) raises:
     """Launches the split kernel over (T, Hq / HB, S) blocks and, when S > 1, the merge over (T, Hq)."""
     comptime assert D % WARP_SIZE == 0 and D <= MAX_D, "GPU attention needs head_dim a multiple of the warp size, <= 256"
@@ -217,12 +223,12 @@ def attention_gpu[dtype: DType, D: Int](
     var n_splits = max(1, min(MAX_SPLITS, ceil_div(TARGET_BLOCKS, T * (Hq // hb))))
     if n_splits == 1:
         # No workspace: the blocks write o. (ws is never read then; o's address stands in for it.)
-        _launch_split[dtype, D](o, rebind[Ptr[F32]](o), q, kv, offsets, cache_lens, has_cache, T, B, Hq, Hkv, hb, 1, ctx)
+        _launch_split[dtype, D](o, rebind[Ptr[F32]](o), q, kv, offsets, cache_lens, has_cache, T, B, Hq, Hkv, hb, 1, ctx, window)
         return
     # ws: [T, Hq, S, D + 2] fp32 partials, released in stream order after the merge is enqueued.
     var ws = ctx.enqueue_create_buffer[F32](T * Hq * n_splits * (D + 2))
     var ws_ptr = rebind[Ptr[F32]](ws.unsafe_ptr())
-    _launch_split[dtype, D](o, ws_ptr, q, kv, offsets, cache_lens, has_cache, T, B, Hq, Hkv, hb, n_splits, ctx)
+    _launch_split[dtype, D](o, ws_ptr, q, kv, offsets, cache_lens, has_cache, T, B, Hq, Hkv, hb, n_splits, ctx, window)
     ctx.enqueue_function[_attention_merge_kernel[dtype, D]](
         o, ws_ptr, Int32(Hq), Int32(n_splits), grid_dim=(T, Hq), block_dim=D,
     )

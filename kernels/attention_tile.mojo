@@ -147,19 +147,26 @@ def _pv_rows[D: Int, NR: Int](
 def run_tile[D: Int](
     q: Ptr[F32], kv: KVView[F32], b: Int, g: Int, G: Int, Hq: Int, seq_start: Int, ctx_start: Int,
     t0: Int, t1: Int, k_lo: Int, k_hi: Int, scale: Float32,
-    o_part: Ptr[F32], ml_part: Ptr[F32], scores: Ptr[F32], kt: Ptr[F32],
+    o_part: Ptr[F32], ml_part: Ptr[F32], scores: Ptr[F32], kt: Ptr[F32], window: Int = 0,
 ):
     # Rows r = (t - t0) * G + h' for tokens t in [t0, t1) (ragged rows) and heads g*G + h'. Query t
-    # sits at position ctx_start + t - seq_start and sees keys [k_lo, min(k_hi, pos + 1)).
+    # sits at position ctx_start + t - seq_start and sees keys [k_lo, min(k_hi, pos + 1)), and with a
+    # sliding window (window > 0) only those past pos - window.
     # Writes un-normalized outputs o_part[r, :], and ml_part[r] = (max, denominator).
     tile_init[D]((t1 - t0) * G, o_part, ml_part)
     var k_end = key_end(seq_start, ctx_start, t1, k_hi)
-    var j0 = k_lo
+    var j0 = max(k_lo, window_start(ctx_start + t0 - seq_start, window))
     while j0 < k_end:
         var j1 = min(k_end, j0 + BK)
         tile_block[D, True](q, kv, b, g, G, Hq, seq_start, ctx_start, t0, t1, j0, j1, k_end, scale,
-                             o_part, ml_part, scores, kt)
+                             o_part, ml_part, scores, kt, window=window)
         j0 = j1
+
+
+@always_inline
+def window_start(pos: Int, window: Int) -> Int:
+    # The first key a query at `pos` sees: pos - window + 1 with a sliding window (window > 0), else 0.
+    return max(0, pos - window + 1) if window > 0 else 0
 
 
 @always_inline
@@ -182,7 +189,7 @@ def tile_block[D: Int, HEAD_PREFETCH: Bool](
     q: Ptr[F32], kv: KVView[F32], b: Int, g: Int, G: Int, Hq: Int, seq_start: Int, ctx_start: Int,
     t0: Int, t1: Int, j0: Int, j1: Int, k_end: Int, scale: Float32,
     o_part: Ptr[F32], ml_part: Ptr[F32], scores: Ptr[F32], kt: Ptr[F32],
-    pf_next: Int = 0, pf_lo: Int = 0, pf_hi: Int = 0, hkv: Int = 1,
+    pf_next: Int = 0, pf_lo: Int = 0, pf_hi: Int = 0, hkv: Int = 1, window: Int = 0,
 ):
     # Folds keys [j0, j1) (at most BK of them, all < k_end) into the tile's online-softmax state.
     # HEAD_PREFETCH: the task walks one head (see _prefetch_block_rows); False in slot order.
@@ -285,6 +292,12 @@ def tile_block[D: Int, HEAD_PREFETCH: Bool](
                 if j <= pos_row[r]:
                     s = _dot[D](q.unsafe_offset(q_row[r]), kp) * scale
                 scores[unsafe_offset=r * BK + (j - j0)] = s
+    if window > 0:
+        # Sliding window: keys at or before pos - window are out of a row's sight, as future keys are.
+        for r in range(rows):
+            var first = window_start(ctx_start + t0 + r // G - seq_start, window)
+            for jj in range(min(n, first - j0)):
+                scores[unsafe_offset=r * BK + jj] = NEG_INF
     # Online softmax, row by row: block max, rescale factor alpha, probabilities in place of the
     # scores, running denominator.
     var v_first = kv.value(b, seq_start, j0, g)

@@ -4,6 +4,7 @@
 # Batch-1 Q4_0 / Q4_1 rows take qgemv_groups.mojo instead on AVX-512BW hosts and qgemv_octets.mojo on
 # AVX2 hosts without VNNI (x in int8 parts, no per-nibble conversions).
 
+from std.memory import bitcast
 from std.sys import PrefetchOptions, prefetch
 from std.sys.info import CompilationTarget
 
@@ -124,7 +125,8 @@ def qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
                     comptime qh_at = 4 if qtype == "q5_1" else 2
                     comptime base5 = -16 if qtype == "q5_0" else 0
                     var q = blk.unsafe_offset(qh_at + 4).unsafe_load[width=HALF](0).cast[DType.int32]()
-                    var qh = SIMD[DType.uint32, HALF](blk.unsafe_offset(qh_at).unsafe_bitcast[UInt32]()[unsafe_offset=0])
+                    # qh as 4 bytes (2-byte aligned in Q5_0's 22-byte blocks): an unaligned load.
+                    var qh = SIMD[DType.uint32, HALF](bitcast[DType.uint32, 1](blk.unsafe_offset(qh_at).unsafe_load[width=4](0)))
                     # Bit j of qh to bit 4 of lane j (low half), bit j + 16 to bit 4 of lane j (high half).
                     var i_lo = (q & 0xF) | ((qh << 4) >> LANES & 0x10).cast[DType.int32]()
                     var i_hi = (q >> 4) | ((qh >> (LANES + 12)) & 0x10).cast[DType.int32]()

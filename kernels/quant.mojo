@@ -227,8 +227,11 @@ def decode_value[qtype: StaticString](row: BytePtr, i: Int) -> Float32:
         return row.unsafe_bitcast[Float32]()[unsafe_offset=i]
     elif qtype == "f16":
         return load_f16_as_f32(row.unsafe_offset(2 * i))
+    elif qtype == "bf16":
+        var bits = (UInt32(row[unsafe_offset=2 * i]) | (UInt32(row[unsafe_offset=2 * i + 1]) << 8)) << 16
+        return bitcast[F32, 1](bits)
     else:
-        var blk = row.unsafe_offset((i // QBLOCK) * block_bytes[qtype]())
+        var blk = row.unsafe_offset(chunk_offset[qtype](i // QBLOCK))
         var j = i % QBLOCK
         comptime if qtype == "q8_0":
             var q = Int(blk[unsafe_offset=2 + j])

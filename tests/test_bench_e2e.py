@@ -79,7 +79,7 @@ def test_failing_baseline_is_skipped_with_its_reason(tiny_models, monkeypatch) -
     monkeypatch.setattr(llamacpp, "ensure_built", lambda cache_dir=None, log=print: fake)
     calls = []
 
-    def bench(build, gguf, *, n_prompt, n_gen, threads, repetitions):
+    def bench(build, gguf, *, n_prompt, n_gen, threads, repetitions, depth=0, flash_attn=(0, 1)):
         calls.append(n_prompt)
         if len(calls) > 1:
             raise llamacpp.LlamaCppError(f"llama-bench failed ({llamacpp.exit_status(-11)}):\n")

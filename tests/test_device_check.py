@@ -114,3 +114,18 @@ def test_a_failed_grid_precompile_is_reported_and_the_grid_still_runs(tmp_path: 
     status = json.loads((tmp_path / "status.json").read_text())
     assert status["grid_precompile"]["ok"] is False and "worker died" in status["grid_precompile"]["error"]
     assert status["conformance"]["ok"] is True
+
+
+def test_failed_conformance_cases_fail_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One failed case makes the conformance step, and the run, not ok (it was ok: true before)."""
+    import crucible.conformance.checks as checks
+    from crucible.conformance.harness import CaseResult
+
+    bad = CaseResult("crucible.qmatmul", "q4_k", "float32", "M=1 K=256 N=33", 3.0, 1.0, False, "gpu")
+    good = CaseResult("crucible.qmatmul", "q4_0", "float32", "M=1 K=64 N=33", 0.1, 1.0, True, "gpu")
+    monkeypatch.setattr(checks, "run_all", lambda h: [good, bad])
+    monkeypatch.setattr("crucible.conformance.harness.Harness", lambda target: type("H", (), {"compile_seconds": {}})())
+    monkeypatch.setattr(sys, "argv", ["device_check.py", str(tmp_path), "--conformance-only"])
+    assert device_check.main(str(tmp_path)) == 1
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert status["conformance"]["ok"] is False and status["conformance"]["result"] == {"cases": 2, "failed": 1}

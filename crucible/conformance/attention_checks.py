@@ -20,7 +20,15 @@ ATTENTION_CASES = (
     ((6, 2), (600, 0), 12, 4, 64),              # short prefill chunks: slot order with key splits on CPU
     ((1,), (300,), 9, 3, 64),                   # short decode: 2 key splits below 512 keys on a 2-core CPU
     ((1,), (600,), 32, 8, 128),                 # 3 key splits rounded down to a whole round of tasks
+    ((1, 1, 1), (129, 130, 260), 8, 2, 256),    # head_dim 256 (Gemma 3); window edges: 130, 131 keys
+    ((200, 7), (0, 0), 4, 1, 256),              # head_dim 256 prefill across the window
 )
+HEAD_DIMS = (64, 128, 256)
+# Every case runs twice: causal over the whole prefix, and with a sliding window of WINDOW positions
+# (a query at p sees p - WINDOW + 1 .. p). 130 is no multiple of the CPU's key blocks (64), slot windows
+# (16-64) or pages (128), and the contexts above sit below, at and past it (decode at 128 to 4096 keys,
+# prefill of 200 and 300 tokens, key splits).
+WINDOW = 130
 PAGE_SIZE = 128
 
 
@@ -40,7 +48,7 @@ def attention_graphs(h: Harness, dtype: str, d: int):
 
     def build_ragged(q, k, v, offs):
         c = lambda a: ops.cast(a.tensor, compute)  # noqa: E731
-        return [ops.cast(K.attention_ragged(c(q), c(k), c(v), offs.tensor), f32)]
+        return [ops.cast(K.attention_ragged(c(q), c(k), c(v), offs.tensor, window), f32) for window in (0, WINDOW)]
 
     ragged = h.model(f"attention_ragged_{dtype}_{d}", [
         TensorType(f32, ["t", "hq", d], device=h.ref), TensorType(f32, ["t", "hkv", d], device=h.ref),
@@ -48,7 +56,8 @@ def attention_graphs(h: Harness, dtype: str, d: int):
 
     def build_paged(blocks, q, k, v, offs, lens, lut):
         K.kv_cache_write(blocks.buffer, k.tensor, v.tensor, offs.tensor, lens.tensor, lut.tensor, layer)
-        return [K.attention_paged(q.tensor, blocks.buffer, offs.tensor, lens.tensor, lut.tensor, layer)]
+        return [K.attention_paged(q.tensor, blocks.buffer, offs.tensor, lens.tensor, lut.tensor, layer, window)
+                for window in (0, WINDOW)]
 
     # The paged cache is float32 here on both targets (numpy has no bf16 buffers to hand MAX).
     paged = h.model(f"attention_paged_{d}", [
@@ -132,11 +141,12 @@ def check_qkv_rope_write(h: Harness) -> list[CaseResult]:
 
 def check_attention(h: Harness, dtype: str) -> list[CaseResult]:
     """Ragged prefill and paged (write, then attend) attention over GQA ratios 1/3/4/8, head_dim
-    64/128, sequences crossing page boundaries, prefill with history and long-context decode."""
+    64/128/256, sequences crossing page boundaries, prefill with history and long-context decode, each
+    causal and with a sliding window."""
     layers, layer = LAYERS, LAYER
     out = []
     rng = np.random.default_rng(4)
-    for d in (64, 128):
+    for d in HEAD_DIMS:
         cases = [c for c in ATTENTION_CASES if c[4] == d]
         ragged, paged = attention_graphs(h, dtype, d)
         for lens, hist, hq, hkv, _ in cases:
@@ -153,14 +163,41 @@ def check_attention(h: Harness, dtype: str) -> list[CaseResult]:
             if all(hi == 0 for hi in hist):
                 k_new = np.concatenate(keys)
                 v_new = np.concatenate(vals)
-                y = h.run(ragged, [q, k_new, v_new, offs])[0]
-                ref = R.attention(q, keys, vals, offs, starts)
-                out.append(result(h, "crucible.attention_ragged", "", dtype, shape, np.abs(y - ref).max(), tol))
+                ys = h.run(ragged, [q, k_new, v_new, offs])
+                for window, y in zip((0, WINDOW), ys):
+                    ref = R.attention(q, keys, vals, offs, starts, window)
+                    out.append(result(h, "crucible.attention_ragged", _variant(window), dtype, shape,
+                                      np.abs(y - ref).max(), tol))
             if dtype == "float32":
-                y, written_ok = _run_paged(h, paged, q, keys, vals, lens, hist, hkv, d, layers, layer, rng)
-                ref = R.attention(q, keys, vals, offs, starts)
-                out.append(result(h, "crucible.attention_paged", "", dtype, shape, np.abs(y - ref).max(), tol))
+                ys, written_ok = _run_paged(h, paged, q, keys, vals, lens, hist, hkv, d, layers, layer, rng)
+                for window, y in zip((0, WINDOW), ys):
+                    ref = R.attention(q, keys, vals, offs, starts, window)
+                    out.append(result(h, "crucible.attention_paged", _variant(window), dtype, shape,
+                                      np.abs(y - ref).max(), tol))
                 out.append(result(h, "crucible.kv_cache_write", "", dtype, shape, 0.0 if written_ok else 1.0, 0.0))
+        if d == 128 and dtype == "float32":
+            out.append(_window_control(h, ragged, rng))
+    return out
+
+
+def _variant(window: int) -> str:
+    return f"window={window}" if window else ""
+
+
+def _window_control(h: Harness, ragged: object, rng: np.random.Generator) -> CaseResult:
+    """The windowed output must fail against the causal reference where the window cuts keys (a 300-token
+    prefill): were the window ignored, the windowed cases would pass against the wrong reference too."""
+    d, hq, hkv, n = 128, 8, 1, 300
+    q = rng.standard_normal((n, hq, d)).astype(np.float32)
+    k = rng.standard_normal((n, hkv, d)).astype(np.float32)
+    v = rng.standard_normal((n, hkv, d)).astype(np.float32)
+    offs = np.array([0, n], np.uint32)
+    windowed = h.run(ragged, [q, k, v, offs])[1]
+    causal = R.attention(q, [k], [v], offs, np.zeros(1, np.uint32))
+    tol = 2e-5 * np.abs(v).max()
+    miss = float(np.abs(windowed - causal).max())
+    return result(h, "crucible.attention_ragged", "window-ignored-is-detected", "float32",
+                  f"new=[{n}] Hq={hq} Hkv={hkv} D={d} window={WINDOW}", tol / max(miss, 1e-30), 1.0)
     return out
 
 
@@ -192,7 +229,7 @@ def _run_paged(h, model, q, keys, vals, lens, hist, hkv, d, layers, layer, rng):
     v_new = np.concatenate([vals[s][hist[s]:] for s in range(b)])
     buf = h.to_device(blocks)
     args = [buf] + [h.to_device(a) for a in (q, k_new, v_new, offs, np.array(hist, np.uint32), lut)]
-    y = h.run_buffers(model, args)[0]
+    ys = h.run_buffers(model, args)
     from max.driver import CPU
 
     after = buf.to(CPU()).to_numpy()
@@ -202,4 +239,4 @@ def _run_paged(h, model, q, keys, vals, lens, hist, hkv, d, layers, layer, rng):
             page, slot = lut[s, j // PAGE_SIZE], j % PAGE_SIZE
             ok &= bool(np.array_equal(after[page, 0, layer, slot], keys[s][j]))
             ok &= bool(np.array_equal(after[page, 1, layer, slot], vals[s][j]))
-    return y, ok
+    return ys, ok

@@ -11,7 +11,7 @@ import numpy as np
 
 from crucible.conformance import naive as R
 from crucible.conformance.attention_checks import (
-    ATTENTION_CASES, LAYER, LAYERS, PAGE_SIZE, attention_graphs, check_attention, check_qkv_rope_write,
+    ATTENTION_CASES, HEAD_DIMS, LAYER, LAYERS, PAGE_SIZE, attention_graphs, check_attention, check_qkv_rope_write,
     qkv_rope_write_graph,
 )
 from crucible.conformance.harness import CaseResult, Harness, result, round_bf16
@@ -187,7 +187,7 @@ def compile_all(h: Harness) -> list[str]:
     embedding_graph(h)
     for dtype in ("float32", "bfloat16") if h.target == "gpu" else ("float32",):
         elementwise_graph(h, dtype)
-        for d in (64, 128):
+        for d in HEAD_DIMS:
             attention_graphs(h, dtype, d)
     for d in (64, 128):
         qkv_rope_write_graph(h, d)

@@ -86,7 +86,9 @@ def check_matmul(h: Harness, dtype: str, variants: tuple[str, ...]) -> list[Case
 def qmatmul_acts(h: Harness, qtype: str) -> tuple[str, ...]:
     """Activation variants of qmatmul checked on this target: int8 activations exist for block
     formats on CPU only."""
-    return ("f32", "q8") if h.target == "cpu" and qtype in ("q4_0", "q4_1", "q8_0") else ("f32",)
+    from graphs.kernel_ops import Q8_ACT_QTYPES
+
+    return ("f32", "q8") if h.target == "cpu" and qtype in Q8_ACT_QTYPES else ("f32",)
 
 
 def qmatmul_graph(h: Harness, qtype: str):

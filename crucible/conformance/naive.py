@@ -49,9 +49,11 @@ def quantize_activations_q8(x: np.ndarray) -> np.ndarray:
     return (q.astype(np.float64) * d.astype(np.float64)).reshape(m, k)
 
 
-# Byte range [start, end) of the quants inside one block of each format (ggml-common.h).
-_QUANT_BYTES = {"q4_0": (2, 18), "q4_1": (4, 20), "q5_0": (2, 22), "q5_1": (4, 24), "q8_0": (2, 34),
-                "q2_k": (16, 80), "q3_k": (0, 96), "q4_k": (16, 144), "q5_k": (16, 176), "q6_k": (0, 192)}
+# Byte range [start, end) of the quants inside one block of each format (ggml-common.h), for the formats
+# whose kernels may round an offset term apart from d * q. Q5_0, Q3_K and Q6_K subtract their offset
+# (16, 4, 32) from the integer quant, exactly, so they have none; Q8_0's is zero.
+_QUANT_BYTES = {"q4_0": (2, 18), "q4_1": (4, 20), "q5_1": (4, 24), "q2_k": (16, 80), "q4_k": (16, 144),
+                "q5_k": (16, 176)}
 
 
 def block_offsets(wq: np.ndarray, qtype: str, n_out: int, k_in: int) -> np.ndarray:
@@ -131,8 +133,9 @@ def silu_mul(gate_up: np.ndarray) -> np.ndarray:
 
 
 def attention(q: np.ndarray, keys: list[np.ndarray], values: list[np.ndarray], row_offsets: np.ndarray,
-              start_pos: np.ndarray) -> np.ndarray:
-    """Causal GQA attention of the new tokens q [T, Hq, D].
+              start_pos: np.ndarray, window: int = 0) -> np.ndarray:
+    """Causal GQA attention of the new tokens q [T, Hq, D]; with window > 0, a query at position p
+    sees only positions p - window + 1 .. p (a sliding window).
 
     Args:
         q: Queries of the new tokens of all sequences.
@@ -149,8 +152,9 @@ def attention(q: np.ndarray, keys: list[np.ndarray], values: list[np.ndarray], r
         group = hq // k.shape[1]
         for i, t in enumerate(range(row_offsets[b], row_offsets[b + 1])):
             p = int(start_pos[b]) + i
+            lo = max(0, p - window + 1) if window > 0 else 0
             for h in range(hq):
-                s = k[: p + 1, h // group] @ q[t, h].astype(np.float64) / np.sqrt(d)
+                s = k[lo: p + 1, h // group] @ q[t, h].astype(np.float64) / np.sqrt(d)
                 e = np.exp(s - s.max())
-                out[t, h] = (e / e.sum()) @ v[: p + 1, h // group]
+                out[t, h] = (e / e.sum()) @ v[lo: p + 1, h // group]
     return out

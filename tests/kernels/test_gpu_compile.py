@@ -12,15 +12,14 @@ import sys
 
 import pytest
 
+from crucible.conformance.attention_checks import HEAD_DIMS
+from crucible.conformance.matmul_checks import QTYPES
 from crucible.core.proc import child_env
 
-from crucible.conformance.matmul_checks import QTYPES
-
 EXPECTED_GRAPHS = {f"qmatmul_{q}" for q in QTYPES} | {
-    "matmul_float32_tiled_gemv", "matmul_bfloat16_auto_tiled_tensor_core_gemv", "embedding", "elementwise_float32", "elementwise_bfloat16",
-    "attention_ragged_float32_64", "attention_ragged_float32_128", "attention_ragged_bfloat16_64",
-    "attention_ragged_bfloat16_128", "attention_paged_64", "attention_paged_128",
-    "qkv_rope_write_64", "qkv_rope_write_128", "probes",
+    f"attention_{kind}_{d}" for d in HEAD_DIMS for kind in ("ragged_float32", "ragged_bfloat16", "paged")} | {
+    "matmul_float32_tiled_gemv", "matmul_bfloat16_auto_tiled_tensor_core_gemv", "embedding",
+    "elementwise_float32", "elementwise_bfloat16", "qkv_rope_write_64", "qkv_rope_write_128", "probes",
 }
 
 

@@ -11,11 +11,14 @@ from crucible.conformance.checks import compile_all
 from crucible.conformance.harness import Harness
 from crucible.conformance.precompile import VirtualGPU, graph_keys
 
-CPU_GRAPHS = [
-    "matmul_float32_auto_gemm_gemv", "qmatmul_q4_0", "qmatmul_q4_1", "qmatmul_q8_0", "qmatmul_f16", "embedding",
-    "elementwise_float32", "attention_ragged_float32_64", "attention_paged_64", "attention_ragged_float32_128",
-    "attention_paged_128", "qkv_rope_write_64", "qkv_rope_write_128", "probes",
-]
+from crucible.conformance.attention_checks import HEAD_DIMS
+from crucible.conformance.matmul_checks import QTYPES
+
+CPU_GRAPHS = (
+    ["matmul_float32_auto_gemm_gemv"] + [f"qmatmul_{q}" for q in QTYPES] + ["embedding", "elementwise_float32"]
+    + [g for d in HEAD_DIMS for g in (f"attention_ragged_float32_{d}", f"attention_paged_{d}")]
+    + ["qkv_rope_write_64", "qkv_rope_write_128", "probes"]
+)
 
 
 def test_graph_keys_lists_the_cpu_grid_and_compiles_nothing(cpu_harness: Harness) -> None:
