@@ -5,7 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from crucible.conformance.checks import LAYERS, PAGE_SIZE, embedding_graph, qkv_rope_write_graph, qmatmul_graph
+from crucible.conformance.checks import (
+    EMBED_HIDDEN, LAYERS, PAGE_SIZE, QTYPES, embedding_graph, qkv_rope_write_graph, qmatmul_graph,
+)
+from crucible.conformance.matmul_checks import quantized_weights
 from crucible.conformance.harness import Harness
 from crucible.conformance.naive import quantize
 
@@ -22,8 +25,8 @@ def test_qmatmul_rejects_a_byte_width_that_is_not_whole_blocks(cpu_harness: Harn
 
 def test_embedding_rejects_ids_outside_the_vocabulary(cpu_harness: Harness) -> None:
     model = embedding_graph(cpu_harness)
-    table = np.zeros((1000, 576), np.float32)
-    enc = [quantize(table, q) for q in ("q4_0", "q4_1", "q8_0", "f16")]
+    table = np.zeros((1000, EMBED_HIDDEN), np.float32)
+    enc = [quantized_weights(1000, EMBED_HIDDEN, q, np.random.default_rng(0)) for q in QTYPES]
     with pytest.raises(Exception, match="outside the vocabulary"):
         cpu_harness.run(model, [np.array([3, 1000], np.int64), table, *enc])
 
