@@ -2,8 +2,10 @@
 metadata.
 
 Supported architectures: Llama (2, 3, SmolLM2, Mistral-style: no biases, optional llama3 rope scaling),
-Qwen2 (q/k/v biases) and Qwen3 (RMSNorm of each q and k head before rope, head_dim of its own). Anything
-else is rejected by name, never guessed.
+Qwen2 (q/k/v biases), Qwen3 (RMSNorm of each q and k head before rope, head_dim of its own) and Gemma 3
+text models (embedding scaled by sqrt(hidden), norms with weights 1 + w, GeGLU MLP, norms before and after
+attention and the MLP, q/k norms, query_pre_attn_scalar, sliding-window layers with their own rope base).
+Anything else is rejected by name, never guessed.
 """
 
 from __future__ import annotations
@@ -19,14 +21,19 @@ import numpy as np
 from crucible.core.errors import UnsupportedModelError  # noqa: F401 - raised here, re-exported
 from crucible.core.registry import ModelSource
 
-Arch = Literal["llama", "qwen2", "qwen3"]
+Arch = Literal["llama", "qwen2", "qwen3", "gemma3"]
 HF_ARCHITECTURES: dict[str, Arch] = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "llama",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
+    "Gemma3ForCausalLM": "gemma3",
 }
-GGUF_ARCHITECTURES: dict[str, Arch] = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+GGUF_ARCHITECTURES: dict[str, Arch] = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3"}
+# Gemma 3: every sixth layer (5, 11, ...) attends globally, the others in a sliding window, with rope
+# base 10000 (llama.cpp hard-codes both for the gemma3 GGUF architecture; HF configs may spell them out).
+GEMMA3_SLIDING_PATTERN = 6
+GEMMA3_LOCAL_ROPE_THETA = 10000.0
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,15 @@ class ModelConfig:
         eos_token_ids: End ids (the model's end-of-turn token among them).
         rope_freq_factors: [D/2] divisors of the rotary frequencies, llama.cpp's form of Llama 3.1/3.2
             scaling (the GGUF tensor rope_freqs.weight), or None.
-        qk_norm: Each head of q and k goes through an RMSNorm (weights [D]) before rope (Qwen3).
+        qk_norm: Each head of q and k goes through an RMSNorm (weights [D]) before rope (Qwen3, Gemma 3).
+        embed_scale: Factor on the embedding rows (Gemma: sqrt(hidden)), or None.
+        post_norms: An RMSNorm on the attention and MLP outputs before each residual add (Gemma 3).
+        mlp_act: Gate activation of the MLP: "silu" (SwiGLU) or "gelu_tanh" (Gemma's GeGLU).
+        query_scale: Attention score scale when it is not head_dim ** -0.5 (Gemma 3:
+            query_pre_attn_scalar ** -0.5), or None.
+        sliding_window: W of the sliding-window layers (a query at p sees p - W + 1 .. p); 0 = none.
+        sliding_layers: Per layer, whether it is a sliding-window layer (empty when W = 0).
+        rope_local_theta: Rotary base of the sliding-window layers (Gemma 3: 10000), or None (rope_theta).
     """
 
     arch: Arch
@@ -85,6 +100,13 @@ class ModelConfig:
     eos_token_ids: tuple[int, ...]
     rope_freq_factors: tuple[float, ...] | None = None
     qk_norm: bool = False
+    embed_scale: float | None = None
+    post_norms: bool = False
+    mlp_act: Literal["silu", "gelu_tanh"] = "silu"
+    query_scale: float | None = None
+    sliding_window: int = 0
+    sliding_layers: tuple[bool, ...] = ()
+    rope_local_theta: float | None = None
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads:
@@ -97,12 +119,31 @@ class ModelConfig:
         if self.rope_freq_factors is not None and len(self.rope_freq_factors) != self.head_dim // 2:
             raise UnsupportedModelError(f"rope_freqs.weight has {len(self.rope_freq_factors)} factors; "
                                         f"head_dim {self.head_dim} needs {self.head_dim // 2}")
+        if self.sliding_window < 0:
+            raise UnsupportedModelError(f"sliding_window must be >= 0, got {self.sliding_window}")
+        if self.sliding_window and len(self.sliding_layers) != self.num_layers:
+            raise UnsupportedModelError(f"{len(self.sliding_layers)} layer types for {self.num_layers} layers")
+        if not self.sliding_window and any(self.sliding_layers):
+            raise UnsupportedModelError("sliding-window layers need a sliding_window")
+        if self.mlp_act not in ("silu", "gelu_tanh"):
+            raise UnsupportedModelError(f"MLP activation {self.mlp_act!r} is not supported (silu, gelu_tanh)")
 
-    def inv_freq(self) -> np.ndarray:
-        """[D/2] float32 inverse rotary frequencies, computed in float32 as transformers does."""
+    def layer_window(self, layer: int) -> int:
+        """The attention window of a layer: sliding_window for a sliding layer, else 0 (all keys)."""
+        return self.sliding_window if self.sliding_layers and self.sliding_layers[layer] else 0
+
+    def inv_freq(self, local: bool = False) -> np.ndarray:
+        """[D/2] float32 inverse rotary frequencies, computed in float32 as transformers does.
+
+        Args:
+            local: For a sliding-window layer: rope_local_theta's frequencies (unscaled) when set.
+        """
         d = self.head_dim
+        theta = self.rope_local_theta if local and self.rope_local_theta is not None else self.rope_theta
         exponent = np.arange(0, d, 2, dtype=np.int64).astype(np.float32) / np.float32(d)
-        inv = (np.float32(1.0) / np.power(np.float32(self.rope_theta), exponent)).astype(np.float32)
+        inv = (np.float32(1.0) / np.power(np.float32(theta), exponent)).astype(np.float32)
+        if local and self.rope_local_theta is not None:
+            return inv
         if self.rope_freq_factors is not None:  # llama.cpp: theta = pos * inv_freq / factor
             return (inv / np.asarray(self.rope_freq_factors, dtype=np.float32)).astype(np.float32)
         s = self.rope_scaling
@@ -151,13 +192,20 @@ def config_from_hf(folder: Path) -> ModelConfig:
             f"{', '.join(sorted(HF_ARCHITECTURES))}")
     if arch == "llama" and (raw.get("attention_bias") or raw.get("mlp_bias")):
         raise UnsupportedModelError("Llama with attention_bias/mlp_bias is not supported")
-    if raw.get("use_sliding_window") and raw.get("sliding_window"):
-        raise UnsupportedModelError("sliding-window attention is not supported")
+    if arch != "gemma3" and raw.get("use_sliding_window") and raw.get("sliding_window"):
+        raise UnsupportedModelError(f"sliding-window attention is not supported for {arch}")
     eos = _eos_ids(raw.get("eos_token_id"))
     gen = folder / "generation_config.json"
     if gen.is_file():
         eos = tuple(dict.fromkeys(eos + _eos_ids(json.loads(gen.read_text()).get("eos_token_id"))))
     heads = int(raw["num_attention_heads"])
+    rope_theta, rope_raw = raw.get("rope_theta", 10000.0), raw.get("rope_scaling")
+    extra: dict = {}
+    if arch == "gemma3":
+        extra = _gemma3_hf(raw)
+        rope_theta, rope_raw = extra.pop("rope_theta"), extra.pop("rope_scaling")
+    elif "rope_parameters" in raw and "rope_theta" not in raw:  # transformers 5 writes it there
+        rope_theta, rope_raw = raw["rope_parameters"].get("rope_theta", 10000.0), raw["rope_parameters"]
     return ModelConfig(
         arch=arch,
         vocab_size=int(raw["vocab_size"]),
@@ -167,17 +215,52 @@ def config_from_hf(folder: Path) -> ModelConfig:
         num_heads=heads,
         num_kv_heads=int(raw.get("num_key_value_heads") or heads),
         head_dim=int(raw.get("head_dim") or raw["hidden_size"] // heads),
-        rope_theta=float(raw.get("rope_theta", 10000.0)),
-        rope_scaling=_rope_scaling(raw.get("rope_scaling")),
+        rope_theta=float(rope_theta),
+        rope_scaling=_rope_scaling(rope_raw),
         rope_interleaved=False,
         rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
-        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
-        qkv_bias=arch == "qwen2" or (arch == "qwen3" and bool(raw.get("attention_bias"))),
+        tie_word_embeddings=bool(raw.get("tie_word_embeddings", arch == "gemma3")),
+        qkv_bias=arch == "qwen2" or (arch in ("qwen3", "gemma3") and bool(raw.get("attention_bias"))),
         max_position_embeddings=int(raw.get("max_position_embeddings", 4096)),
         bos_token_id=raw.get("bos_token_id"),
         eos_token_ids=eos,
-        qk_norm=arch == "qwen3",
+        qk_norm=arch in ("qwen3", "gemma3"),
+        **extra,
     )
+
+
+def _gemma3_hf(raw: dict) -> dict:
+    """Gemma 3's own config keys (transformers 4.5x and 5.x spellings) as ModelConfig fields."""
+    for key in ("final_logit_softcapping", "attn_logit_softcapping"):
+        if raw.get(key) is not None:
+            raise UnsupportedModelError(f"Gemma 3 with {key}={raw[key]} is not supported")
+    if raw.get("use_bidirectional_attention"):
+        raise UnsupportedModelError("Gemma 3 with bidirectional attention is not supported")
+    act = raw.get("hidden_activation") or raw.get("hidden_act") or "gelu_pytorch_tanh"
+    if act not in ("gelu_pytorch_tanh", "gelu_tanh"):
+        raise UnsupportedModelError(f"Gemma 3 MLP activation {act!r} is not supported (gelu_pytorch_tanh)")
+    n_layers = int(raw["num_hidden_layers"])
+    types = raw.get("layer_types") or [
+        "full_attention" if (i + 1) % int(raw.get("sliding_window_pattern", GEMMA3_SLIDING_PATTERN)) == 0
+        else "sliding_attention" for i in range(n_layers)]
+    if set(types) - {"full_attention", "sliding_attention"}:
+        raise UnsupportedModelError(f"Gemma 3 layer types {sorted(set(types))} are not supported")
+    params = raw.get("rope_parameters") or {}
+    full = params.get("full_attention", {})
+    local = params.get("sliding_attention", {})
+    if local.get("rope_type", "default") != "default":
+        raise UnsupportedModelError(f"rope scaling {local['rope_type']!r} on sliding layers is not supported")
+    return {
+        "embed_scale": float(np.sqrt(np.float32(raw["hidden_size"]))),
+        "post_norms": True,
+        "mlp_act": "gelu_tanh",
+        "query_scale": float(raw.get("query_pre_attn_scalar", 256)) ** -0.5,
+        "sliding_window": int(raw.get("sliding_window") or 0),
+        "sliding_layers": tuple(t == "sliding_attention" for t in types),
+        "rope_local_theta": float(local.get("rope_theta", raw.get("rope_local_base_freq", GEMMA3_LOCAL_ROPE_THETA))),
+        "rope_theta": float(full.get("rope_theta", raw.get("rope_theta", 1000000.0))),
+        "rope_scaling": full if full.get("rope_type", "default") != "default" else raw.get("rope_scaling"),
+    }
 
 
 def config_from_gguf(reader) -> ModelConfig:
@@ -197,7 +280,7 @@ def config_from_gguf(reader) -> ModelConfig:
     heads = int(field(f"{p}.attention.head_count"))
     hidden = int(field(f"{p}.embedding_length"))
     vocab = field(f"{p}.vocab_size") or len(field("tokenizer.ggml.tokens") or [])
-    if arch == "llama" and field(f"{p}.rope.scaling.type") not in (None, "none"):
+    if arch in ("llama", "gemma3") and field(f"{p}.rope.scaling.type") not in (None, "none"):
         raise UnsupportedModelError(f"GGUF rope scaling {field(f'{p}.rope.scaling.type')!r} is not supported")
     factors = None
     if "rope_freqs.weight" in names:  # llama.cpp's form of Llama 3.1/3.2 frequency scaling
@@ -205,16 +288,35 @@ def config_from_gguf(reader) -> ModelConfig:
         if t.tensor_type.name != "F32":
             raise UnsupportedModelError(f"rope_freqs.weight has GGUF type {t.tensor_type.name}; expected F32")
         factors = tuple(float(x) for x in np.asarray(t.data, dtype=np.float32).reshape(-1))
+    n_layers = int(field(f"{p}.block_count"))
+    head_dim = int(field(f"{p}.attention.key_length") or field(f"{p}.rope.dimension_count", hidden // heads))
+    eos = _eos_ids(field("tokenizer.ggml.eos_token_id"))
+    extra: dict = {}
+    if arch == "gemma3":
+        # llama.cpp (llama-model.cpp, LLM_ARCH_GEMMA3): the 27B model (62 layers) scales queries by
+        # (hidden / heads) ** -0.5, every other size by head_dim ** -0.5.
+        qpas = hidden / heads if n_layers == 62 else head_dim
+        window = int(field(f"{p}.attention.sliding_window", 0) or 0)
+        extra = {
+            "embed_scale": float(np.sqrt(np.float32(hidden))), "post_norms": True, "mlp_act": "gelu_tanh",
+            "query_scale": float(qpas) ** -0.5, "sliding_window": window,
+            "sliding_layers": tuple((i + 1) % GEMMA3_SLIDING_PATTERN != 0 for i in range(n_layers)) if window else (),
+            "rope_local_theta": GEMMA3_LOCAL_ROPE_THETA,
+        }
+        # The chat template ends a turn with <end_of_turn>, not the file's eos (<eos>): both stop.
+        tokens = field("tokenizer.ggml.tokens") or []
+        if "<end_of_turn>" in tokens:
+            eos = tuple(dict.fromkeys(eos + (tokens.index("<end_of_turn>"),)))
     return ModelConfig(
         arch=arch,
         vocab_size=int(vocab),
         hidden_size=hidden,
         intermediate_size=int(field(f"{p}.feed_forward_length")),
-        num_layers=int(field(f"{p}.block_count")),
+        num_layers=n_layers,
         num_heads=heads,
         num_kv_heads=int(field(f"{p}.attention.head_count_kv", heads)),
-        # Qwen3 writes its head width as key_length (it is not hidden / heads there)
-        head_dim=int(field(f"{p}.attention.key_length") or field(f"{p}.rope.dimension_count", hidden // heads)),
+        # Qwen3 and Gemma 3 write their head width as key_length (it is not hidden / heads there)
+        head_dim=head_dim,
         rope_theta=float(field(f"{p}.rope.freq_base", 10000.0)),
         rope_scaling=None,
         # llama.cpp's converter permutes Llama q/k rows to interleaved rotary pairs; Qwen2 stays NeoX.
@@ -224,9 +326,10 @@ def config_from_gguf(reader) -> ModelConfig:
         qkv_bias="blk.0.attn_q.bias" in names,
         max_position_embeddings=int(field(f"{p}.context_length", 4096)),
         bos_token_id=field("tokenizer.ggml.bos_token_id"),
-        eos_token_ids=_eos_ids(field("tokenizer.ggml.eos_token_id")),
+        eos_token_ids=eos,
         rope_freq_factors=factors,
         qk_norm="blk.0.attn_q_norm.weight" in names,
+        **extra,
     )
 
 

@@ -185,18 +185,25 @@ def rope(x: TensorValue, inv_freq: TensorValue, row_offsets: TensorValue, start_
                       parameters={"interleaved": interleaved})[0].tensor
 
 
-def silu_mul(gate_up: TensorValue) -> TensorValue:
-    """silu(gate) * up for a fused projection.
+GatedAct = Literal["silu", "gelu_tanh"]
+
+
+def silu_mul(gate_up: TensorValue, act: GatedAct = "silu") -> TensorValue:
+    """act(gate) * up for a fused projection: SwiGLU (silu) or Gemma's GeGLU (gelu_tanh).
 
     Args:
         gate_up: [T, 2I], gate in the first half of each row, up in the second.
+        act: "silu" (Llama, Qwen) or "gelu_tanh" (Gemma: transformers' gelu_pytorch_tanh).
 
     Returns:
         [T, I].
     """
     width = gate_up.shape[1] // 2
     out = TensorType(gate_up.dtype, [gate_up.shape[0], width], device=_device(gate_up))
-    return ops.custom("crucible.silu_mul", _device(gate_up), [gate_up], [out])[0].tensor
+    if act not in ("silu", "gelu_tanh"):
+        raise ValueError(f"act must be 'silu' or 'gelu_tanh', got {act!r}")
+    return ops.custom("crucible.silu_mul", _device(gate_up), [gate_up], [out],
+                      parameters={"act": act})[0].tensor
 
 
 def attention_ragged(q: TensorValue, k: TensorValue, v: TensorValue, row_offsets: TensorValue,

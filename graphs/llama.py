@@ -5,8 +5,12 @@ MAX's paged cache (one op) -> paged attention -> output projection -> residual a
 -> fused gate|up projection -> silu_mul -> down projection, whose residual add is fused into the next
 norm (the next layer's, or the final norm). Then the lm_head, only for the rows whose logits are
 wanted. Every matmul (float or GGUF blocks), attention, rmsnorm, rope and silu_mul is a crucible.* op;
-MAX built-ins only reshape, slice, gather and add a Qwen2 bias. Qwen3 normalizes each q and k head
-(crucible.rmsnorm over [T * heads, D] rows) between the projection and the rope op. Fusing the residual adds and the
+MAX built-ins only reshape, slice, gather, add a Qwen2 bias and scale Gemma's embedding rows. Qwen3 and
+Gemma 3 normalize each q and k head (crucible.rmsnorm over [T * heads, D] rows) between the projection and
+the rope op. Gemma 3 also norms the attention and MLP outputs before their residual adds, gates its MLP
+with gelu_tanh, and runs its sliding-window layers with the attention op's `window` and their own rope
+frequencies; its query_pre_attn_scalar is folded into the q norm's weights (the attention op scales by
+head_dim ** -0.5, and the norm's output feeds only the linear rope). Fusing the residual adds and the
 split/rope/cache-write step takes 5 kernel launches out of each layer (~2 us each on the CPU, where a
 batch-1 decode step launches ~14 per layer).
 
@@ -137,9 +141,14 @@ def build_graph(cfg: ModelConfig, weights: ModelWeights, kv_params, device: Devi
             logit_rows = ends - ops.constant(1, DType.int64, device=device)
         kv = _single_device_kv(kv_params.unflatten_kv_inputs(iter(graph.inputs[3:])))
         inv_freq = ops.constant(cfg.inv_freq(), DType.float32, device=device)
+        inv_freq_local = ops.constant(cfg.inv_freq(local=True), DType.float32, device=device)
         emb = weights.embedding
         emb_w = binder.add("embed.weight", emb.data)
         h = K.embedding(tokens, emb_w, cfg.hidden_size, emb.qtype)  # [T, H]
+        if cfg.embed_scale is not None:
+            h = h * ops.constant(np.float32(cfg.embed_scale), DType.float32, device=device)
+        # Gemma 3's query scale, folded into q's norm: q_norm(x) * c scales the scores by c.
+        q_fold = np.float32(cfg.query_scale * np.sqrt(d)) if cfg.query_scale is not None else np.float32(1.0)
         n_tokens = h.shape[0]
         eps = cfg.rms_norm_eps
         mlp_out = None  # the previous layer's MLP output, added to h by the next norm: [T, H]
@@ -148,15 +157,21 @@ def build_graph(cfg: ModelConfig, weights: ModelWeights, kv_params, device: Devi
             h, x = _residual_norm(h, mlp_out, binder.add(p + "attn_norm", layer.attn_norm), eps)
             qkv = _project_parts(x, p + "qkv", layer.qkv, binder, activations)  # [T, (Hq + 2 Hkv) D]
             if layer.q_norm is not None:
-                qkv = _qk_norm(qkv, binder.add(p + "q_norm", layer.q_norm), binder.add(p + "k_norm", layer.k_norm),
+                q_w = layer.q_norm if q_fold == 1 else (layer.q_norm * q_fold).astype(np.float32)
+                qkv = _qk_norm(qkv, binder.add(p + "q_norm", q_w), binder.add(p + "k_norm", layer.k_norm),
                                hq, hkv, d, eps)
-            q = K.qkv_rope_write(qkv, kv.kv_blocks, inv_freq, offsets, kv.cache_lengths, kv.lookup_table, i,
-                                 hq, d, cfg.rope_interleaved)  # [T, Hq, D]
-            attn = K.attention_paged(q, kv.kv_blocks, offsets, kv.cache_lengths, kv.lookup_table, i)
+            window = cfg.layer_window(i)
+            q = K.qkv_rope_write(qkv, kv.kv_blocks, inv_freq_local if window else inv_freq, offsets,
+                                 kv.cache_lengths, kv.lookup_table, i, hq, d, cfg.rope_interleaved)  # [T, Hq, D]
+            attn = K.attention_paged(q, kv.kv_blocks, offsets, kv.cache_lengths, kv.lookup_table, i, window=window)
             o = _project(ops.reshape(attn, [n_tokens, hq * d]), binder.linear(p + "o_proj", layer.o_proj), activations)
+            if layer.post_attn_norm is not None:
+                o = K.rmsnorm(o, binder.add(p + "post_attn_norm", layer.post_attn_norm), eps)
             h, x = _residual_norm(h, o, binder.add(p + "ffn_norm", layer.ffn_norm), eps)
             gu = _project_parts(x, p + "gate_up", layer.gate_up, binder, activations)  # [T, 2I]
-            mlp_out = _project(K.silu_mul(gu), binder.linear(p + "down", layer.down), activations)
+            mlp_out = _project(K.silu_mul(gu, cfg.mlp_act), binder.linear(p + "down", layer.down), activations)
+            if layer.post_ffn_norm is not None:
+                mlp_out = K.rmsnorm(mlp_out, binder.add(p + "post_ffn_norm", layer.post_ffn_norm), eps)
         _, h = _residual_norm(h, mlp_out, binder.add("final_norm", weights.final_norm), eps)
         h_sel = ops.gather(h, logit_rows, axis=0)  # [num_logits, H]
         if weights.lm_head is weights.embedding:

@@ -1,7 +1,7 @@
 """Model weights from Hugging Face safetensors or GGUF, in the form our kernels consume.
 
 - safetensors (fp32 or bf16): converted to float32 (MAX runs CPU graphs in float32).
-- GGUF: F32 tensors as float32; F16, Q8_0, Q4_0 and Q4_1 tensors stay as their raw block bytes
+- GGUF: F32 tensors as float32; F16, BF16 and the block formats of GGUF_QTYPES stay as their raw bytes
   ([rows, row_bytes] uint8) and feed crucible.qmatmul / crucible.embedding directly, so the loaded
   model stays near its file size. Any other tensor type is rejected by name.
 
@@ -58,8 +58,15 @@ class LayerWeights:
     ffn_norm: np.ndarray
     gate_up: tuple[Linear, ...]  # (gate|up fused,) or (gate, up)
     down: Linear
-    q_norm: np.ndarray | None = None  # [D] per-head RMSNorm of q and k before rope (Qwen3)
+    q_norm: np.ndarray | None = None  # [D] per-head RMSNorm of q and k before rope (Qwen3, Gemma 3)
     k_norm: np.ndarray | None = None
+    post_attn_norm: np.ndarray | None = None  # [H] norms of the attention and MLP outputs (Gemma 3)
+    post_ffn_norm: np.ndarray | None = None
+
+    def norms(self) -> tuple[np.ndarray, ...]:
+        """Every norm weight the layer has."""
+        return tuple(n for n in (self.attn_norm, self.ffn_norm, self.q_norm, self.k_norm, self.post_attn_norm,
+                                 self.post_ffn_norm) if n is not None)
 
 
 @dataclass(frozen=True)
@@ -77,8 +84,7 @@ class ModelWeights:
         if self.lm_head is not self.embedding:
             total += self.lm_head.nbytes
         for layer in self.layers:
-            total += layer.attn_norm.nbytes + layer.ffn_norm.nbytes
-            total += sum(n.nbytes for n in (layer.q_norm, layer.k_norm) if n is not None)
+            total += sum(n.nbytes for n in layer.norms())
             total += sum(lin.nbytes for lin in (*layer.qkv, layer.o_proj, *layer.gate_up, layer.down))
         return total
 
@@ -110,6 +116,8 @@ def _assemble(cfg: ModelConfig, get, get_linear) -> ModelWeights:
             down=get_linear(i, "down"),
             q_norm=get(i, "q_norm") if cfg.qk_norm else None,
             k_norm=get(i, "k_norm") if cfg.qk_norm else None,
+            post_attn_norm=get(i, "post_attn_norm") if cfg.post_norms else None,
+            post_ffn_norm=get(i, "post_ffn_norm") if cfg.post_norms else None,
         ))
     embedding = get_linear(None, "embed")
     lm_head = embedding if cfg.tie_word_embeddings else get_linear(None, "lm_head")
@@ -122,6 +130,11 @@ _HF_NAMES = {
     "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj",
     "q_norm": "self_attn.q_norm.weight", "k_norm": "self_attn.k_norm.weight",
 }
+# Gemma 3 norms its branches' outputs: post_attention_layernorm follows attention there (in Llama it is
+# the MLP's pre-norm), and its norms scale by 1 + w, so w + 1 is what our rmsnorm gets.
+_HF_GEMMA3_NAMES = {**_HF_NAMES, "ffn_norm": "pre_feedforward_layernorm.weight",
+                    "post_attn_norm": "post_attention_layernorm.weight",
+                    "post_ffn_norm": "post_feedforward_layernorm.weight"}
 
 
 def load_hf_weights(folder: Path, cfg: ModelConfig) -> ModelWeights:
@@ -139,16 +152,17 @@ def load_hf_weights(folder: Path, cfg: ModelConfig) -> ModelWeights:
             raise UnsupportedModelError(f"weight {name!r} is missing from {folder}")
         return tensors[name]
 
+    names = _HF_GEMMA3_NAMES if cfg.arch == "gemma3" else _HF_NAMES
+
     def get(layer: int | None, key: str) -> np.ndarray:
-        if layer is None:
-            return take("model.norm.weight")
-        return take(f"model.layers.{layer}.{_HF_NAMES[key]}")
+        w = take("model.norm.weight" if layer is None else f"model.layers.{layer}.{names[key]}")
+        return (w + np.float32(1.0)).astype(np.float32) if cfg.arch == "gemma3" else w
 
     def get_linear(layer: int | None, key: str) -> Linear:
         if layer is None:
             w = take("model.embed_tokens.weight" if key == "embed" else "lm_head.weight")
             return Linear("f32", w, w.shape[0], w.shape[1])
-        prefix = f"model.layers.{layer}.{_HF_NAMES[key]}"
+        prefix = f"model.layers.{layer}.{names[key]}"
         w = take(prefix + ".weight")
         return Linear("f32", w, w.shape[0], w.shape[1], tensors.get(prefix + ".bias"))
 
@@ -185,6 +199,8 @@ _GGUF_NAMES = {
     "attn_norm": "attn_norm", "ffn_norm": "ffn_norm", "q": "attn_q", "k": "attn_k", "v": "attn_v",
     "o": "attn_output", "gate": "ffn_gate", "up": "ffn_up", "down": "ffn_down",
     "q_norm": "attn_q_norm", "k_norm": "attn_k_norm",
+    # Gemma 3; llama.cpp's converter stores its norms as w + 1 already.
+    "post_attn_norm": "post_attention_norm", "post_ffn_norm": "post_ffw_norm",
 }
 
 

@@ -1,6 +1,10 @@
-# crucible.silu_mul: y[t, i] = silu(g[t, i]) * u[t, i] where gate_up[t, :] = [g | u] (a fused gate/up
-# projection, one matmul for both halves), the gated MLP activation of Llama.
-# silu(g) = g / (1 + exp(-g)), computed in fp32.
+# crucible.silu_mul: y[t, i] = act(g[t, i]) * u[t, i] where gate_up[t, :] = [g | u] (a fused gate/up
+# projection, one matmul for both halves): the gated MLP activation, computed in fp32.
+# Variants (compile-time `act`):
+#   "silu":      g / (1 + exp(-g)), Llama/Qwen's SwiGLU.
+#   "gelu_tanh": 0.5 g (1 + tanh(z)), z = sqrt(2/pi) (g + 0.044715 g^3), Gemma's GeGLU
+#                (transformers' gelu_pytorch_tanh). Written as g / (1 + exp(-2z)), the same function
+#                (0.5 (1 + tanh z) = sigmoid(2z)), so both variants share one exp and no cancellation.
 
 import extensibility
 from extensibility import InputTensor, OutputTensor
@@ -12,11 +16,16 @@ from .common import F32, FW, Ptr, ceil_div, cpu_threads, parallel_for
 
 
 @always_inline
-def _silu_mul[W: Int](g: SIMD[F32, W], u: SIMD[F32, W]) -> SIMD[F32, W]:
-    return g / (1.0 + exp(-g)) * u
+def _silu_mul[act: StaticString, W: Int](g: SIMD[F32, W], u: SIMD[F32, W]) -> SIMD[F32, W]:
+    comptime if act == "gelu_tanh":
+        var z2 = 1.5957691216057308 * (g + 0.044715 * g * g * g)  # 2 sqrt(2/pi) (g + 0.044715 g^3)
+        return g / (1.0 + exp(-z2)) * u
+    else:
+        comptime assert act == "silu", "crucible.silu_mul: act must be silu or gelu_tanh"
+        return g / (1.0 + exp(-g)) * u
 
 
-def _silu_mul_kernel[dtype: DType](y: Ptr[dtype], gu: Ptr[dtype], T: Int32, I: Int32):
+def _silu_mul_kernel[act: StaticString, dtype: DType](y: Ptr[dtype], gu: Ptr[dtype], T: Int32, I: Int32):
     var idx = Int(global_idx.x)
     var width = Int(I)
     if idx >= Int(T) * width:
@@ -25,13 +34,13 @@ def _silu_mul_kernel[dtype: DType](y: Ptr[dtype], gu: Ptr[dtype], T: Int32, I: I
     var i = idx % width
     var g = gu[unsafe_offset=t * 2 * width + i].cast[F32]()
     var u = gu[unsafe_offset=t * 2 * width + width + i].cast[F32]()
-    y[unsafe_offset=idx] = _silu_mul[1](g, u).cast[dtype]()
+    y[unsafe_offset=idx] = _silu_mul[act, 1](g, u).cast[dtype]()
 
 
 @extensibility.register("crucible.silu_mul")
 struct SiluMul:
     @staticmethod
-    def execute[target: StaticString](
+    def execute[target: StaticString, act: StaticString = "silu"](
         y: OutputTensor[rank=2, ...],
         gate_up: InputTensor[dtype=y.dtype, rank=2, ...],
         ctx: DeviceContext,
@@ -57,10 +66,10 @@ struct SiluMul:
                     var o = yp.unsafe_offset(t * I)
                     var i = 0
                     while i + FW <= I:
-                        o.unsafe_store(i, _silu_mul(g.unsafe_load[width=FW](i), u.unsafe_load[width=FW](i)))
+                        o.unsafe_store(i, _silu_mul[act, FW](g.unsafe_load[width=FW](i), u.unsafe_load[width=FW](i)))
                         i += FW
                     while i < I:
-                        o[unsafe_offset=i] = _silu_mul[1](g[unsafe_offset=i], u[unsafe_offset=i])
+                        o[unsafe_offset=i] = _silu_mul[act, 1](g[unsafe_offset=i], u[unsafe_offset=i])
                         i += 1
 
             if tasks == 1:
@@ -68,7 +77,7 @@ struct SiluMul:
             else:
                 parallel_for(rows, tasks, ctx)
         else:
-            ctx.enqueue_function[_silu_mul_kernel[y.dtype]](
+            ctx.enqueue_function[_silu_mul_kernel[act, y.dtype]](
                 y.unsafe_ptr(), gate_up.unsafe_ptr(), Int32(T), Int32(I),
                 grid_dim=ceil_div(T * I, 256), block_dim=256,
             )

