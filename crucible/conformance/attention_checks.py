@@ -97,7 +97,7 @@ def check_qkv_rope_write(h: Harness) -> list[CaseResult]:
     returned q and the cached k against the rope reference, the cached v exact, in both layouts."""
     out = []
     rng = np.random.default_rng(5)
-    # D = 80 (no attention case: attention takes 64 and 128) is rope's scalar CPU path.
+    # D = 80 (no attention case: attention takes 64, 128 and 256) is rope's scalar CPU path.
     for lens, hist, hq, hkv, d in ATTENTION_CASES + (((3, 2), (126, 0), 4, 2, 80),):
         model = qkv_rope_write_graph(h, d)
         offs = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint32)

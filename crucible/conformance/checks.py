@@ -197,7 +197,7 @@ def compile_all(h: Harness) -> list[str]:
         elementwise_graph(h, dtype)
         for d in HEAD_DIMS:
             attention_graphs(h, dtype, d)
-    for d in (64, 128):
+    for d in (*HEAD_DIMS, 80):  # check_qkv_rope_write's head widths (80: rope's scalar CPU path)
         qkv_rope_write_graph(h, d)
     probe_graph(h)
     return sorted(h.compile_seconds)

@@ -17,7 +17,7 @@ from crucible.conformance.matmul_checks import QTYPES
 CPU_GRAPHS = (
     ["matmul_float32_auto_gemm_gemv"] + [f"qmatmul_{q}" for q in QTYPES] + ["embedding", "elementwise_float32"]
     + [g for d in HEAD_DIMS for g in (f"attention_ragged_float32_{d}", f"attention_paged_{d}")]
-    + ["qkv_rope_write_64", "qkv_rope_write_128", "probes"]
+    + [f"qkv_rope_write_{d}" for d in (*HEAD_DIMS, 80)] + ["probes"]
 )
 
 
