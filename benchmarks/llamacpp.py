@@ -235,16 +235,18 @@ def _supports(build: LlamaCppBuild, flag: str) -> bool:
     return flag in proc.stdout + proc.stderr
 
 
-def requantize(build: LlamaCppBuild, src: Path, dst: Path, preset: str) -> Path:
+def requantize(build: LlamaCppBuild, src: Path, dst: Path, preset: str, pure: bool = False) -> Path:
     """Writes `src` requantized to a llama-quantize preset ("Q4_K_M", "Q6_K", ...) at `dst`, atomically.
 
     `--allow-requantize` lets an already quantized file be the source, as for the packaged SmolLM2 Q8_0;
     the result is what a user gets from the same preset (types per tensor chosen by llama.cpp).
+    `pure` (`--pure`) writes every tensor in the preset's type (no Q8_0/Q6_K output or embedding).
     """
     if dst.is_file():
         return dst
     tmp = dst.with_name(dst.name + ".tmp")
-    _run([str(build.binary("llama-quantize")), "--allow-requantize", str(src), str(tmp), preset],
+    flags = ["--allow-requantize"] + (["--pure"] if pure else [])
+    _run([str(build.binary("llama-quantize")), *flags, str(src), str(tmp), preset],
          dst.with_name(dst.name + ".log"))
     tmp.replace(dst)
     return dst

@@ -98,3 +98,49 @@ def test_failing_baseline_is_skipped_with_its_reason(tiny_models, monkeypatch) -
     text = format_report(report, check_targets(report.summary()))
     assert "FAILED   llama.cpp: llama-bench failed (signal 11 (SIGSEGV)):" in text
     assert "SKIPPED  decode batch 1: crucible / llama.cpp" in text
+
+
+def test_ratio_inside_the_noise_is_not_met() -> None:
+    """Medians 1.04x apart, but our worst rep is below the baseline's best: NOT MET, said so."""
+    r = E2EReport(E2EConfig(reps=3, systems=("crucible", "llama.cpp")))
+    for rep, (ours, theirs) in enumerate(((104, 100), (99, 103), (108, 95))):
+        r.samples += [Sample("crucible", rep, 500, ours, 512, 128), Sample("llama.cpp", rep, 400, theirs, 512, 128)]
+    t = {x["target"]: x for x in check_targets(r.summary())}["decode batch 1: crucible / llama.cpp >= 1.0x"]
+    assert t["value"] == pytest.approx(104 / 100) and t["worst"] == pytest.approx(99 / 103)
+    assert t["met"] is False
+    assert "NOT MET  decode batch 1: crucible / llama.cpp >= 1.0x: 1.04x (worst rep vs best: 0.96x), inside the noise" \
+        in format_report(r, [t])
+
+
+def test_max_error_line_is_maxs_own() -> None:
+    from benchmarks.e2e import max_error_line
+
+    oov = ("`max generate ...` exited 1:\nTraceback (most recent call last):\n  File \"context.py\", line 878\n"
+           "RuntimeError: Generated out-of-vocabulary token_id=9223372036854775807 for request 94 (valid range: [0, 49152))\n")
+    assert max_error_line(oov).startswith("RuntimeError: Generated out-of-vocabulary token_id=9223372036854775807")
+    key = "`max generate ...` exited 1:\n    dtype = _GGML_TO_DTYPE[tensor.tensor_type]\nKeyError: <GGMLQuantizationType.Q8_0: 8>\n"
+    assert max_error_line(key) == "KeyError: <GGMLQuantizationType.Q8_0: 8>"
+    assert max_error_line("`max generate --devices cpu` exited -11:\n") == "max exited with signal 11 (SIGSEGV)"
+
+
+def test_system_order_is_shuffled_per_rep(tiny_models, monkeypatch) -> None:
+    from benchmarks import e2e
+
+    class Fake:
+        def __init__(self, model, system, *a) -> None:
+            self.system = system
+            self.model = type("M", (), {"session": None, "provenance": {"kernel_build": "x", "cpu_threads": "x"}})()
+
+        def warm_up(self, ids) -> None:
+            pass
+
+        def run(self, ids, gen, rep) -> Sample:
+            return Sample(self.system, rep, 1.0, 1.0, len(ids), gen)
+
+    monkeypatch.setattr(e2e, "CrucibleRunner", Fake)
+    cfg = E2EConfig(model=str(tiny_models["llama"].gguf["Q4_0"]), systems=("crucible", "crucible-q8"),
+                    prompt_tokens=64, gen_tokens=8, reps=6)
+    report = e2e.run_e2e(cfg, log=lambda m: None)
+    orders = report.notes["order"]
+    assert len(orders) == 6 and {tuple(o) for o in orders} == {("crucible", "crucible-q8"), ("crucible-q8", "crucible")}
+    assert [s.system for s in report.samples] == [name for o in orders for name in o]
