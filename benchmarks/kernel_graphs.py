@@ -76,6 +76,15 @@ class GraphSet:
 
         return self.get(f"qmm_{qtype}_{act}", types, build)
 
+    def max_qmatmul_q4_0(self):
+        """MAX's own ops.qmatmul on the same Q4_0 bytes (it quantizes x to int8 inside, as our act="q8")."""
+        from max.graph.quantization import QuantizationEncoding
+
+        f32 = DType.float32
+        types = [TensorType(f32, ["m", "k"], device=self.ref), TensorType(DType.uint8, ["n", "kb"], device=self.ref)]
+        return self.get("qmm_max_q4_0", types,
+                        lambda x, w: [ops.qmatmul(QuantizationEncoding.Q4_0, None, x.tensor, w.tensor)])
+
     def chain(self, system: str, qtype: str, copies: int, k: int, w_shape: tuple[int, int], act: str = "f32"):
         """`copies` matmuls in sequence, as a model's layers run them: x_0 [1, k] is the input,
         y_i = x_i @ W_i^T [1, n] with W_i a distinct buffer (one input each), and x_{i+1} is y_i cut or

@@ -185,7 +185,8 @@ class KernelBench:
         self.rows.append(row.fill(self._time(systems)))
 
     def qmatmul_rows(self, model: ModelShapes, m: int, name: str, k: int, n: int, act: str = "f32") -> None:
-        """crucible.qmatmul for each block format against fp32 matmuls of the dequantized weights.
+        """crucible.qmatmul for each block format against fp32 matmuls of the dequantized weights, and
+        for Q4_0 against MAX's own ops.qmatmul on the same bytes (max_q4_0).
 
         act "q8" times the int8-activation variant (CPU decode path, M <= 32; variant "name:qtype:q8").
         """
@@ -205,6 +206,8 @@ class KernelBench:
                 systems["crucible_fp32"] = self._call(self.graphs.matmul("crucible", DType.float32), [xb, wdb])
                 systems["max_fp32"] = self._call(self.graphs.matmul("max", DType.float32), [xb, wdb])
                 systems["numpy_fp32"] = lambda: x @ wd.T
+                if qtype == "q4_0":  # MAX's quantized matmul on the same bytes (MAX reads Q4_0, Q4_K, Q6_K)
+                    systems["max_q4_0"] = self._call(self.graphs.max_qmatmul_q4_0(), [xb, wqb])
             variant = f"{name}:{qtype}" + (":q8" if act == "q8" else "")
             row = Row("qmatmul", model.name, {"M": m, "K": k, "N": n}, variant, "float32",
                       self.target, 2.0 * m * k * n, float(n * k // 32 * BLOCK_BYTES[qtype] + 4 * (m * k + m * n)))

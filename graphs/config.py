@@ -79,6 +79,8 @@ class ModelConfig:
         sliding_window: W of the sliding-window layers (a query at p sees p - W + 1 .. p); 0 = none.
         sliding_layers: Per layer, whether it is a sliding-window layer (empty when W = 0).
         rope_local_theta: Rotary base of the sliding-window layers (Gemma 3: 10000), or None (rope_theta).
+        rope_linear_factor: Linear rope scaling of the global layers (positions divided by it; Gemma 3
+            4B and up: 8), 1.0 for none.
     """
 
     arch: Arch
@@ -107,6 +109,7 @@ class ModelConfig:
     sliding_window: int = 0
     sliding_layers: tuple[bool, ...] = ()
     rope_local_theta: float | None = None
+    rope_linear_factor: float = 1.0
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads:
@@ -144,6 +147,8 @@ class ModelConfig:
         inv = (np.float32(1.0) / np.power(np.float32(theta), exponent)).astype(np.float32)
         if local and self.rope_local_theta is not None:
             return inv
+        if self.rope_linear_factor != 1.0:  # transformers' "linear" rope type: inv_freq / factor
+            return (inv / np.float32(self.rope_linear_factor)).astype(np.float32)
         if self.rope_freq_factors is not None:  # llama.cpp: theta = pos * inv_freq / factor
             return (inv / np.asarray(self.rope_freq_factors, dtype=np.float32)).astype(np.float32)
         s = self.rope_scaling
@@ -259,8 +264,16 @@ def _gemma3_hf(raw: dict) -> dict:
         "sliding_layers": tuple(t == "sliding_attention" for t in types),
         "rope_local_theta": float(local.get("rope_theta", raw.get("rope_local_base_freq", GEMMA3_LOCAL_ROPE_THETA))),
         "rope_theta": float(full.get("rope_theta", raw.get("rope_theta", 1000000.0))),
-        "rope_scaling": full if full.get("rope_type", "default") != "default" else raw.get("rope_scaling"),
+        **_gemma3_global_scaling(full if full.get("rope_type", "default") != "default" else raw.get("rope_scaling")),
     }
+
+
+def _gemma3_global_scaling(raw: dict | None) -> dict:
+    # Gemma 3 4B and up scale their global layers' rope linearly (factor 8); other types are refused.
+    kind = (raw or {}).get("rope_type", (raw or {}).get("type"))
+    if kind == "linear":
+        return {"rope_scaling": None, "rope_linear_factor": float(raw["factor"])}
+    return {"rope_scaling": raw}
 
 
 def config_from_gguf(reader) -> ModelConfig:
@@ -280,7 +293,8 @@ def config_from_gguf(reader) -> ModelConfig:
     heads = int(field(f"{p}.attention.head_count"))
     hidden = int(field(f"{p}.embedding_length"))
     vocab = field(f"{p}.vocab_size") or len(field("tokenizer.ggml.tokens") or [])
-    if arch in ("llama", "gemma3") and field(f"{p}.rope.scaling.type") not in (None, "none"):
+    scaling = field(f"{p}.rope.scaling.type")
+    if (arch == "llama" and scaling not in (None, "none")) or (arch == "gemma3" and scaling not in (None, "none", "linear")):
         raise UnsupportedModelError(f"GGUF rope scaling {field(f'{p}.rope.scaling.type')!r} is not supported")
     factors = None
     if "rope_freqs.weight" in names:  # llama.cpp's form of Llama 3.1/3.2 frequency scaling
@@ -302,6 +316,7 @@ def config_from_gguf(reader) -> ModelConfig:
             "query_scale": float(qpas) ** -0.5, "sliding_window": window,
             "sliding_layers": tuple((i + 1) % GEMMA3_SLIDING_PATTERN != 0 for i in range(n_layers)) if window else (),
             "rope_local_theta": GEMMA3_LOCAL_ROPE_THETA,
+            "rope_linear_factor": float(field(f"{p}.rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0,
         }
         # The chat template ends a turn with <end_of_turn>, not the file's eos (<eos>): both stop.
         tokens = field("tokenizer.ggml.tokens") or []

@@ -80,6 +80,7 @@ class TinyModelSpec:
         sliding_window: Gemma 3's window (layers with (i + 1) % 6 != 0 use it); 0 for other archs.
         query_pre_attn_scalar: Gemma 3's score scale is its ** -0.5. Only config.json carries it: a GGUF
             file scales by head_dim ** -0.5, as llama.cpp and transformers read one.
+        rope_linear: Gemma 3's linear rope scaling factor of the global layers (4B and up: 8), or None.
     """
 
     arch: Arch
@@ -99,6 +100,7 @@ class TinyModelSpec:
     head_dim_override: int | None = None
     sliding_window: int = 0
     query_pre_attn_scalar: int | None = None
+    rope_linear: float | None = None
 
     def __post_init__(self) -> None:
         if self.head_dim_override is None and self.hidden_size % self.num_heads:
@@ -255,7 +257,9 @@ def _hf_config(spec: TinyModelSpec) -> dict:
         return {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
                 "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": spec.query_pre_attn_scalar,
                 "sliding_window": spec.sliding_window, "layer_types": _gemma3_layer_types(spec),
-                "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": spec.rope_theta},
+                "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": spec.rope_theta}
+                                    if spec.rope_linear is None else
+                                    {"rope_type": "linear", "factor": spec.rope_linear, "rope_theta": spec.rope_theta},
                                     "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
                 "final_logit_softcapping": None, "attn_logit_softcapping": None, **common}
     if spec.arch == "qwen3":
@@ -495,6 +499,9 @@ def write_gguf(spec: TinyModelSpec, path: Path, weight_type: str = "F32",
     writer.add_rope_freq_base(spec.rope_theta)
     if spec.sliding_window:
         writer.add_sliding_window(spec.sliding_window)
+    if spec.rope_linear is not None:  # llama.cpp's converter writes Gemma 3's scaling so
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(spec.rope_linear)
     writer.add_layer_norm_rms_eps(spec.rms_norm_eps)
     writer.add_vocab_size(spec.vocab_size)
     # llama_ftype of a file whose weights are all of one type (gguf.LlamaFileType).
