@@ -220,11 +220,13 @@ def best_rows(rows: list[LlamaBenchResult]) -> dict[str, LlamaBenchResult]:
 
 
 def llama_server_command(build: LlamaCppBuild, gguf: Path, port: int, *, slots: int, ctx_per_slot: int,
-                         threads: int) -> list[str]:
+                         threads: int, extra: list[str] | None = None) -> list[str]:
     """llama-server with one slot per stream and continuous batching; prompt caching off where the
-    build has the switch (the load generator's unique prefixes defeat it in any case)."""
+    build has the switch (the load generator's unique prefixes defeat it in any case). `extra`
+    (benchmarks/llamacpp_sweep.py's best setting) comes last and overrides threads and batching."""
     cmd = [str(build.binary("llama-server")), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
-           "-np", str(slots), "-c", str(slots * ctx_per_slot), "-t", str(threads), "--cont-batching"]
+           "-np", str(slots), "-c", str(slots * ctx_per_slot), "-t", str(threads),
+           *(extra if extra is not None else ["--cont-batching"])]
     if _supports(build, "--no-cache-prompt"):
         cmd.append("--no-cache-prompt")
     return cmd

@@ -5,7 +5,8 @@ concurrency level, and stopped before the next one starts, so no two servers sha
   crucible   `crucible serve` on the GGUF (our kernels), --max-batch-size = the highest level
   max        `max serve` with MAX's built-in Llama pipeline on the float32 export of the same weights
              (crucible/export.py), --max-batch-size = the highest level (MAX defaults CPU to 1)
-  llama.cpp  `llama-server` on the GGUF, started per level with one slot per stream (-np = level)
+  llama.cpp  `llama-server` on the GGUF, started per level with one slot per stream (-np = level), with
+             the best flags of this host's sweep (python -m benchmarks.llamacpp_sweep) where one was run
 One table, serve.json and serve.png come out, with the serving targets as MET / NOT MET.
 """
 
@@ -60,11 +61,12 @@ class ServeCompareConfig:
 
 
 @contextmanager
-def _llama_server(build, gguf: Path, slots: int, log_path: Path) -> Iterator[str]:
+def _llama_server(build, gguf: Path, slots: int, log_path: Path, extra: list[str] | None = None) -> Iterator[str]:
     from benchmarks.llamacpp import llama_server_command
 
     port = free_port()
-    cmd = llama_server_command(build, gguf, port, slots=slots, ctx_per_slot=1024, threads=os.cpu_count() or 2)
+    cmd = llama_server_command(build, gguf, port, slots=slots, ctx_per_slot=1024, threads=os.cpu_count() or 2,
+                               extra=extra)
     with log_path.open("w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -119,13 +121,19 @@ def run_system(system: str, cfg: ServeCompareConfig, source, log_dir: Path, log=
         finally:
             server.stop()
     from benchmarks.llamacpp import build_dict, ensure_built
+    from benchmarks.llamacpp_sweep import best_flags
 
     build = ensure_built(log=log)
     results = []
+    used = {}
     for level in cfg.levels:  # one slot per stream: a server per level
-        with _llama_server(build, source.path, level, log_dir / f"llama-server-{level}.log") as url:
+        flags = best_flags(level)
+        extra = flags.args() if flags is not None else None
+        used[level] = " ".join(extra) if extra else "defaults (no sweep on this host)"
+        with _llama_server(build, source.path, level, log_dir / f"llama-server-{level}.log", extra) as url:
             results += run(url, "default", (level,))
-    return results, {"kernels": "llama.cpp", "weights": source.path.name, "build": build_dict(build)}
+    return results, {"kernels": "llama.cpp", "weights": source.path.name, "build": build_dict(build),
+                     "flags_per_level": used}
 
 
 def check_serve_targets(results: dict[str, list[LoadResult]]) -> list[dict[str, object]]:

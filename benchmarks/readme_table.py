@@ -1,0 +1,87 @@
+"""The README's performance table, generated from committed e2e.json records, so no number in it is
+typed by hand (tests/test_readme_table.py checks the README against this output).
+
+    python -m benchmarks.readme_table            # rewrite the table in README.md from README_RUNS
+    python -m benchmarks.readme_table --check    # exit 1 if README.md differs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BEGIN, END = "<!-- e2e-table:begin (python -m benchmarks.readme_table) -->", "<!-- e2e-table:end -->"
+# The runs the README shows, in order: one e2e.json each, under benchmarks/results/.
+README_RUNS = (
+    "cpu-2026-12-06b/e2e-smollm2-q4_1",
+    "cpu-2026-12-06b/e2e-smollm2-Q4_0",
+    "cpu-2026-12-06b/e2e-smollm2-Q8_0",
+    "cpu-2026-12-06b/e2e-smollm2-Q4_K_M",
+    "cpu-2026-12-06b/e2e-gemma3-270m",
+)
+COLUMNS = (("crucible", "Crucible"), ("crucible-q8", "Crucible, int8 act"), ("llama.cpp", "llama.cpp"),
+           ("max", "MAX, float32 export"), ("max-q4_0", "MAX, Q4_0"))
+
+
+def _model_name(model: str) -> str:
+    return Path(model).name if "/" in model else model
+
+
+def _cell(data: dict, system: str) -> str:
+    s = data["summary"].get(system)
+    failed = data["notes"].get(f"{system}_failed")
+    if failed:
+        return "FAILED: " + str(failed).splitlines()[0][:80].replace("|", "/")
+    if s is None:
+        return "-"
+    cell = f"{s['prefill_tok_s']:.0f} / {s['decode_tok_s']:.1f}"
+    if system not in ("crucible", "crucible-q8") and "crucible" in data["summary"]:
+        ours = data["summary"]["crucible"]
+        cell += (f" (ours {ours['decode_tok_s'] / s['decode_tok_s']:.2f}x decode, "
+                 f"worst rep {ours['decode_tok_s_min'] / s['decode_tok_s_max']:.2f}x)")
+    return cell
+
+
+def render(runs: tuple[str, ...] = README_RUNS, results: Path = ROOT / "benchmarks" / "results") -> str:
+    """The markdown table (prefill / decode tok/s, batch 1, medians) of the given e2e runs."""
+    header = "| model file (run) | " + " | ".join(title for _, title in COLUMNS) + " |"
+    lines = [BEGIN, header, "|" + "---|" * (len(COLUMNS) + 1)]
+    for run in runs:
+        data = json.loads((results / run / "e2e.json").read_text())
+        cfg = data["config"]
+        lines.append(f"| {_model_name(cfg['model'])} (`{run}`, {cfg['reps']} reps) | "
+                     + " | ".join(_cell(data, system) for system, _ in COLUMNS) + " |")
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def replace_in(text: str, table: str) -> str:
+    """README text with the block between the markers replaced by `table` (markers included)."""
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"README has no {BEGIN} ... {END} block")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return head + table + tail
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true", help="only compare; exit 1 when README.md differs")
+    args = p.parse_args(argv)
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    new = replace_in(text, render())
+    if args.check:
+        if new != text:
+            print("README.md's e2e table is stale: run python -m benchmarks.readme_table", file=sys.stderr)
+            return 1
+        return 0
+    readme.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
