@@ -98,7 +98,7 @@ def run_sweep(model: str, levels: tuple[int, ...], max_seconds: float, log=print
                 proc.wait(timeout=30)
             rows.append({"flags": asdict(flags), "level": level, "output_tok_s": r.output_tok_per_s,
                          "ttft_p50_s": r.ttft_p50_s, "errors": r.errors})
-            log(f"{' '.join(flags.args()):<60} {level:>3} streams  {r.output_tok_s:8.1f} output tok/s  "
+            log(f"{' '.join(flags.args()):<60} {level:>3} streams  {r.output_tok_per_s:8.1f} output tok/s  "
                 f"errors {r.errors}")
     best = {}
     for level in levels:

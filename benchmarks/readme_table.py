@@ -1,5 +1,5 @@
-"""The README's performance table, generated from committed e2e.json records, so no number in it is
-typed by hand (tests/test_readme_table.py checks the README against this output).
+"""The README's performance tables, generated from committed e2e.json and serve.json records, so no
+number in them is typed by hand (tests/test_readme_table.py checks the README against this output).
 
     python -m benchmarks.readme_table            # rewrite the table in README.md from README_RUNS
     python -m benchmarks.readme_table --check    # exit 1 if README.md differs
@@ -14,6 +14,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- e2e-table:begin (python -m benchmarks.readme_table) -->", "<!-- e2e-table:end -->"
+SERVE_BEGIN, SERVE_END = "<!-- serve-table:begin (python -m benchmarks.readme_table) -->", "<!-- serve-table:end -->"
+SERVE_RUN = "cpu-2026-12-06b/serve-smollm2-q4_1"
 # The runs the README shows, in order: one e2e.json each, under benchmarks/results/.
 README_RUNS = (
     "cpu-2026-12-06b/e2e-smollm2-q4_1",
@@ -58,13 +60,41 @@ def render(runs: tuple[str, ...] = README_RUNS, results: Path = ROOT / "benchmar
     return "\n".join(lines)
 
 
-def replace_in(text: str, table: str) -> str:
+def render_serve(run: str = SERVE_RUN, results: Path = ROOT / "benchmarks" / "results") -> str:
+    """Output tok/s and p99 TTFT per system and concurrency of one serve.json."""
+    data = json.loads((results / run / "serve.json").read_text())
+    systems = data["systems"]
+    levels = data["config"]["levels"]
+    lines = [SERVE_BEGIN, f"`{run}`, {data['config']['model']}, {data['config']['max_tokens']} tokens per request; "
+             "output tok/s (p99 time to first token, s):", "",
+             "| streams | " + " | ".join(systems) + " |", "|" + "---|" * (len(systems) + 1)]
+    for level in levels:
+        cells = []
+        for name in systems:
+            r = next((r for r in systems[name]["results"] if r["concurrency"] == level), None)
+            cells.append("-" if r is None else (f"{r['output_tok_per_s']:.1f} ({r['ttft_p99_s']:.2f})"
+                                                + (f", {r['errors']} errors" if r["errors"] else "")))
+        lines.append(f"| {level} | " + " | ".join(cells) + " |")
+    flags = systems.get("llama.cpp", {}).get("flags_per_level")
+    if flags:
+        lines += ["", "llama-server flags per level (this host's sweep): "
+                  + "; ".join(f"{lv}: `{f}`" for lv, f in flags.items())]
+    lines.append(SERVE_END)
+    return "\n".join(lines)
+
+
+def replace_in(text: str, table: str, begin: str = BEGIN, end: str = END) -> str:
     """README text with the block between the markers replaced by `table` (markers included)."""
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"README has no {BEGIN} ... {END} block")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
+    if begin not in text or end not in text:
+        raise ValueError(f"README has no {begin} ... {end} block")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
     return head + table + tail
+
+
+def rendered_readme(text: str) -> str:
+    """The README with both tables regenerated."""
+    return replace_in(replace_in(text, render()), render_serve(), SERVE_BEGIN, SERVE_END)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     readme = ROOT / "README.md"
     text = readme.read_text()
-    new = replace_in(text, render())
+    new = rendered_readme(text)
     if args.check:
         if new != text:
             print("README.md's e2e table is stale: run python -m benchmarks.readme_table", file=sys.stderr)
