@@ -13,8 +13,8 @@ serializes them by design).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -53,18 +53,25 @@ def sweep_path() -> Path:
     return default_cache_dir() / "server-sweep.json"
 
 
-def best_flags(level: int, path: Path | None = None) -> ServerFlags | None:
-    """The swept best setting for a concurrency level (the nearest swept level), or None (no sweep)."""
+def best_flags(level: int, path: Path | None = None, model: str | None = None) -> ServerFlags | None:
+    """The swept best setting for a concurrency level, or None (no sweep, or a sweep of another model).
+
+    A level that was not swept takes the nearest swept level's (by ratio); above one stream only
+    settings with continuous batching count (without it the streams wait for each other), so the
+    choice is always a measured row.
+    """
     p = path or sweep_path()
     if not p.is_file():
         return None
-    best = json.loads(p.read_text())["best"]
-    if not best:
+    record = json.loads(p.read_text())
+    if model is not None and record.get("model") != model:
         return None
-    nearest = min(best, key=lambda lv: abs(int(lv) - level))
-    flags = ServerFlags(**best[nearest]["flags"])
-    # Without continuous batching several streams wait for each other: only a 1-stream choice.
-    return dataclasses.replace(flags, cont_batching=True) if level > 1 else flags
+    rows = [r for r in record.get("rows", []) if r.get("errors") == 0 and (level == 1 or r["flags"]["cont_batching"])]
+    if not rows:
+        return None
+    # Ties (4 streams between 1 and 16) go to the higher level: its load is the likelier one.
+    nearest = min({r["level"] for r in rows}, key=lambda lv: (round(abs(math.log(lv / level)), 9), -lv))
+    return ServerFlags(**max((r for r in rows if r["level"] == nearest), key=lambda r: r["output_tok_s"])["flags"])
 
 
 def run_sweep(model: str, levels: tuple[int, ...], max_seconds: float, log=print) -> dict:

@@ -40,7 +40,7 @@ def _cell(data: dict, system: str) -> str:
     if s is None:
         return "-"
     cell = f"{s['prefill_tok_s']:.0f} / {s['decode_tok_s']:.1f}"
-    if system not in ("crucible", "crucible-q8") and "crucible" in data["summary"]:
+    if system not in ("crucible", "crucible-q8") and "crucible" in data["summary"] and s["decode_tok_s"] > 0:
         ours = data["summary"]["crucible"]
         cell += (f" (ours {ours['decode_tok_s'] / s['decode_tok_s']:.2f}x decode, "
                  f"worst rep {ours['decode_tok_s_min'] / s['decode_tok_s_max']:.2f}x)")

@@ -127,7 +127,7 @@ def run_system(system: str, cfg: ServeCompareConfig, source, log_dir: Path, log=
     results = []
     used = {}
     for level in cfg.levels:  # one slot per stream: a server per level
-        flags = best_flags(level)
+        flags = best_flags(level, model=source.path.name)
         extra = flags.args() if flags is not None else None
         used[level] = " ".join(extra) if extra else "defaults (no sweep on this host)"
         with _llama_server(build, source.path, level, log_dir / f"llama-server-{level}.log", extra) as url:

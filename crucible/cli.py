@@ -373,7 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bench_kernels)
     p = bench_sub.add_parser("e2e", help="batch-1 prefill/decode: crucible vs MAX's pipeline vs llama.cpp")
     p.add_argument("--model", default=DEFAULT_MODEL, help="registry name or GGUF file")
-    p.add_argument("--systems", default="crucible,crucible-q8,max,llama.cpp")
+    p.add_argument("--systems", default="crucible,crucible-q8,max,max-q4_0,llama.cpp")
     p.add_argument("--prompt-tokens", type=POSITIVE, default=512)
     p.add_argument("--gen-tokens", type=POSITIVE, default=128)
     p.add_argument("--reps", type=POSITIVE, default=3)

@@ -128,6 +128,8 @@ class ModelConfig:
             raise UnsupportedModelError(f"{len(self.sliding_layers)} layer types for {self.num_layers} layers")
         if not self.sliding_window and any(self.sliding_layers):
             raise UnsupportedModelError("sliding-window layers need a sliding_window")
+        if self.query_scale is not None and not self.qk_norm:
+            raise UnsupportedModelError("a query scale of its own is folded into the q norm; this model has none")
         if self.mlp_act not in ("silu", "gelu_tanh"):
             raise UnsupportedModelError(f"MLP activation {self.mlp_act!r} is not supported (silu, gelu_tanh)")
 
@@ -260,7 +262,7 @@ def _gemma3_hf(raw: dict) -> dict:
         "post_norms": True,
         "mlp_act": "gelu_tanh",
         "query_scale": float(raw.get("query_pre_attn_scalar", 256)) ** -0.5,
-        "sliding_window": int(raw.get("sliding_window") or 0),
+        "sliding_window": int(raw.get("sliding_window") or 4096),  # transformers' Gemma3TextConfig default
         "sliding_layers": tuple(t == "sliding_attention" for t in types),
         "rope_local_theta": float(local.get("rope_theta", raw.get("rope_local_base_freq", GEMMA3_LOCAL_ROPE_THETA))),
         "rope_theta": float(full.get("rope_theta", raw.get("rope_theta", 1000000.0))),
@@ -311,10 +313,12 @@ def config_from_gguf(reader) -> ModelConfig:
         # (hidden / heads) ** -0.5, every other size by head_dim ** -0.5.
         qpas = hidden / heads if n_layers == 62 else head_dim
         window = int(field(f"{p}.attention.sliding_window", 0) or 0)
+        if window <= 0:  # llama.cpp requires it too: without it every layer would silently be global
+            raise UnsupportedModelError(f"GGUF gemma3 file without {p}.attention.sliding_window")
         extra = {
             "embed_scale": float(np.sqrt(np.float32(hidden))), "post_norms": True, "mlp_act": "gelu_tanh",
             "query_scale": float(qpas) ** -0.5, "sliding_window": window,
-            "sliding_layers": tuple((i + 1) % GEMMA3_SLIDING_PATTERN != 0 for i in range(n_layers)) if window else (),
+            "sliding_layers": tuple((i + 1) % GEMMA3_SLIDING_PATTERN != 0 for i in range(n_layers)),
             "rope_local_theta": GEMMA3_LOCAL_ROPE_THETA,
             "rope_linear_factor": float(field(f"{p}.rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0,
         }

@@ -78,7 +78,8 @@ def choice_object(req: GenerationRequest, choice: Choice, token_text: Callable[[
     content, calls, reason = choice.final(req)
     logprobs = None
     if req.params.logprobs is not None:
-        logprobs = logprobs_object(req.kind, choice.logprob_entries(req), token_text)
+        logprobs = logprobs_object(req.kind, choice.logprob_entries(req), token_text,
+                                   shown=lambda i: decode([i]))
     if req.kind == "chat":
         message: dict[str, Any] = {"role": "assistant", "content": content if (content or not calls) else None}
         if calls:
@@ -96,9 +97,9 @@ def stream_delta(req: GenerationRequest, choice: Choice, out: RequestOutput, tok
         entries: list[TokenLogprob | int] = list(out.logprobs)
         if req.echo and out.prompt_logprobs:
             entries = [e if e is not None else choice.prompt_ids[0] for e in out.prompt_logprobs] + entries
-        logprobs = logprobs_object(req.kind, entries, token_text, choice.token_offset)
+        logprobs = logprobs_object(req.kind, entries, token_text, choice.token_offset, shown=lambda i: decode([i]))
         if req.kind == "completion":
-            choice.token_offset += sum(len(t) for t in logprobs["tokens"])
+            choice.token_offset += sum(len(decode([e if isinstance(e, int) else e.token_id])) for e in entries)
     if req.kind == "completion":
         text = out.text_delta
         if req.echo and not choice.echoed:  # the first output of the sequence carries the prompt

@@ -43,7 +43,7 @@ def parse_request(body: Any, kind: str, max_context: int) -> GenerationRequest:
 
 
 def logprobs_object(kind: str, entries: Sequence[TokenLogprob | int], token_text: Callable[[int], str],
-                    text_offset: int = 0) -> dict[str, Any]:
+                    text_offset: int = 0, shown: Callable[[int], str] | None = None) -> dict[str, Any]:
     """The `logprobs` field of a choice for these tokens.
 
     Args:
@@ -53,6 +53,8 @@ def logprobs_object(kind: str, entries: Sequence[TokenLogprob | int], token_text
             token under echo), reported as null.
         token_text: Text of one token id.
         text_offset: Characters of text before the first entry (completions only).
+        shown: The token's text as the choice's text shows it (special tokens such as a prompt's <bos>
+            are left out of it), for text_offset; token_text when None.
     """
     if kind == "chat":
         def one(token_id: int, logprob: float) -> dict[str, Any]:
@@ -63,9 +65,10 @@ def logprobs_object(kind: str, entries: Sequence[TokenLogprob | int], token_text
                             for e in entries if isinstance(e, TokenLogprob)]}
     tokens, offsets, values, tops = [], [], [], []
     for e in entries:
-        tokens.append(token_text(e if isinstance(e, int) else e.token_id))
+        token_id = e if isinstance(e, int) else e.token_id
+        tokens.append(token_text(token_id))
         offsets.append(text_offset)
-        text_offset += len(tokens[-1])
+        text_offset += len(tokens[-1] if shown is None else shown(token_id))
         values.append(None if isinstance(e, int) else e.logprob)
         tops.append(None if isinstance(e, int) else {token_text(i): lp for i, lp in e.top})
     return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops, "text_offset": offsets}

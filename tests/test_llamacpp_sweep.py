@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from benchmarks.llamacpp_sweep import ServerFlags, best_flags, settings
@@ -20,10 +21,14 @@ def test_grid_covers_every_flag_once() -> None:
 def test_best_flags_per_nearest_level(tmp_path) -> None:
     path = tmp_path / "server-sweep.json"
     assert best_flags(1, path) is None  # no sweep on this host: serve_compare keeps llama-server's defaults
-    best = {"1": {"flags": {"flash_attn": "off", "threads": 2, "batch": 2048, "ubatch": 512, "cont_batching": False}},
-            "16": {"flags": {"flash_attn": "on", "threads": 2, "batch": 512, "ubatch": 128, "cont_batching": True}}}
-    path.write_text(json.dumps({"best": best}))
-    assert best_flags(1, path) == ServerFlags("off", 2, 2048, 512, False)
-    four = best_flags(4, path)
-    assert four.flash_attn == "off" and four.cont_batching  # 1 stream's choice, but batching continuously
-    assert best_flags(64, path).batch == 512
+
+    def row(flags: ServerFlags, level: int, tok_s: float) -> dict:
+        return {"flags": dataclasses.asdict(flags), "level": level, "output_tok_s": tok_s, "errors": 0}
+
+    no_cb, cb_off, cb_on = ServerFlags("off", 2, 2048, 512, False), ServerFlags("off", 2), ServerFlags("on", 2, 512, 128)
+    rows = [row(no_cb, 1, 95.0), row(cb_off, 1, 90.0), row(cb_on, 1, 80.0), row(cb_off, 16, 120.0), row(cb_on, 16, 130.0)]
+    path.write_text(json.dumps({"model": "m.gguf", "rows": rows}))
+    assert best_flags(1, path) == no_cb
+    assert best_flags(2, path) == cb_off  # nearest by ratio is 1 stream; its best measured batching row
+    assert best_flags(4, path) == cb_on and best_flags(64, path) == cb_on  # nearest: 16 streams
+    assert best_flags(1, path, model="other.gguf") is None

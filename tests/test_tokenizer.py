@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from crucible.core.registry import ModelSource
-from crucible.core.tokenizer import cache_dir, chat_prompt_ids, file_key, gguf_tokenizer, load_tokenizer
+from crucible.core.tokenizer import chat_prompt_ids, gguf_tokenizer, load_tokenizer, tokenizer_cache_path
 
 TEXTS = ["What is the capital of France?", "  leading spaces and\ttabs\nnewlines", "émoji 🙂 and ünïcödé",
          "<|im_start|>user\nhi<|im_end|>", "1234567890 + 0.5 = ?", ""]
@@ -36,7 +36,7 @@ def test_the_cache_gives_back_the_converted_tokenizer(arch: str, tiny_models, tm
     path = tiny_models[arch].gguf["Q4_0"]
     source = ModelSource(str(path), path, "gguf")
     first = load_tokenizer(source)
-    assert (cache_dir() / "tokenizers" / file_key(path) / "tokenizer_config.json").is_file()
+    assert (tokenizer_cache_path(path) / "tokenizer_config.json").is_file()
     _same(first, load_tokenizer(source))
     _same(first, gguf_tokenizer(path))
 

@@ -17,6 +17,9 @@ from pathlib import Path
 from crucible.core.registry import ModelSource
 
 Message = dict[str, str]
+# Part of the converted-tokenizer cache key: bump it when the conversion changes (v2: Gemma 3's
+# SentencePiece vocabulary through crucible.core.spm_tokenizer), so no stale conversion is reused.
+CONVERTER_VERSION = "v2"
 
 
 def cache_dir() -> Path:
@@ -30,14 +33,19 @@ def file_key(path: Path) -> str:
     return hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
 
 
+def tokenizer_cache_path(path: Path) -> Path:
+    """Where a GGUF file's converted tokenizer is cached (file_key and CONVERTER_VERSION)."""
+    return cache_dir() / "tokenizers" / f"{file_key(path)}-{CONVERTER_VERSION}"
+
+
 def load_tokenizer(source: ModelSource):
     """A transformers tokenizer for the model (cached conversion for GGUF files)."""
     from transformers import AutoTokenizer
 
     if source.format == "hf":
         return AutoTokenizer.from_pretrained(source.path)
-    key = file_key(source.path)
-    cached = cache_dir() / "tokenizers" / key
+    cached = tokenizer_cache_path(source.path)
+    key = cached.name
     if (cached / "tokenizer_config.json").is_file():
         return AutoTokenizer.from_pretrained(cached)
     tok = gguf_tokenizer(source.path)
@@ -97,13 +105,16 @@ def encode_prompt(tokenizer, prompt: str | Sequence[Message], chat: bool = True)
         tokenizer: The model's tokenizer.
         prompt: Chat messages, or a string (one user message when `chat`, else raw text).
         chat: Apply the chat template; False continues a raw string as it is, after the model's <bos>
-            when its tokenizer adds one (Gemma's and Llama's GGUF files say so; llama.cpp adds it too, and
-            Gemma 3 without it writes "The The The ...").
+            when its tokenizer adds one (Gemma 3's GGUF and HF Llama 3 folders do; llama.cpp adds it too,
+            and Gemma 3 without it writes "The The The ..."), once: a text that starts with <bos> itself
+            does not get a second.
 
     Returns:
         The prompt's token ids.
     """
     if isinstance(prompt, str) and not chat:
-        return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+        ids = list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+        bos = tokenizer.bos_token_id
+        return ids[1:] if bos is not None and ids[:2] == [bos, bos] else ids
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
     return chat_prompt_ids(tokenizer, messages)

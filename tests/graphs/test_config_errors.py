@@ -80,3 +80,14 @@ def test_gguf_rope_frequency_factors_of_the_wrong_length_are_refused(tmp_path) -
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
     with pytest.raises(UnsupportedModelError, match="rope_freqs"):
         load_config(resolve_model(out))
+
+
+def test_gemma3_gguf_without_sliding_window_is_refused(tmp_path) -> None:
+    """Without the key every layer would run globally with the global rope base: refused by name."""
+    import dataclasses
+
+    from tests.support.tiny_models import TINY_GEMMA3, write_gguf
+
+    path = write_gguf(dataclasses.replace(TINY_GEMMA3, sliding_window=0), tmp_path / "no-window.gguf", "F32")
+    with pytest.raises(UnsupportedModelError, match="sliding_window"):
+        load_config(resolve_model(str(path)))

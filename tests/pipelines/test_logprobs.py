@@ -65,3 +65,13 @@ def test_response_shapes() -> None:
     assert comp["tokens"] == ["ab", "c"] and comp["text_offset"] == [5, 7]
     assert comp["token_logprobs"] == [entries[0].logprob, entries[1].logprob]
     assert list(comp["top_logprobs"][0]) == ["ab", "é"]
+
+
+def test_text_offset_skips_tokens_the_text_leaves_out() -> None:
+    # An echoed raw prompt that starts with <bos> (Gemma): the text drops it (skip_special_tokens), so
+    # the offsets must not count it; the token itself is still reported.
+    entries = [2, token_logprob(LOGITS, 1, 2), token_logprob(LOGITS, 5, 2)]
+    text = {1: "ab", 2: "<bos>", 5: "c"}.get
+    shown = {1: "ab", 2: "", 5: "c"}.get
+    comp = logprobs_object("completion", entries, text, shown=shown)
+    assert comp["tokens"] == ["<bos>", "ab", "c"] and comp["text_offset"] == [0, 0, 2]
