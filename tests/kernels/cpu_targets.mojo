@@ -111,7 +111,8 @@ def rows() raises:
     rope_angles(3.0, inv_freq, 64, c, sn)
     rope_head_cpu[False](head, head, c, sn, 3.0, inv_freq, 64)
     rope_head_cpu[True](head, head, c, sn, 3.0, inv_freq, 64)
-    head.unsafe_store(0, _silu_mul(head.unsafe_load[width=FW](0), head.unsafe_load[width=FW](FW)))
+    head.unsafe_store(0, _silu_mul["silu", FW](head.unsafe_load[width=FW](0), head.unsafe_load[width=FW](FW)))
+    head.unsafe_store(0, _silu_mul["gelu_tanh", FW](head.unsafe_load[width=FW](0), head.unsafe_load[width=FW](FW)))
     for p in [s, y, h, w, inv_freq, head]:
         p.unsafe_free()
 
