@@ -254,13 +254,11 @@ def run_e2e(cfg: E2EConfig, log=print) -> E2EReport:
                 log(f"llama.cpp: BUILD FAILED, its rows are skipped: {exc}")
                 report.notes["llama.cpp"] = f"build failed: {str(exc)[:500]}"
     if "max-q4_0" in cfg.systems and build is not None:
-        from benchmarks.llamacpp import requantize
-        from crucible.core.tokenizer import cache_dir, file_key
+        from benchmarks.llamacpp import pure_q4_0
 
-        pure = cache_dir() / "requant" / f"{source.path.stem}-{file_key(source.path)}-pure-Q4_0.gguf"
-        pure.parent.mkdir(parents=True, exist_ok=True)
         try:
-            runners["max-q4_0"] = (folder, requantize(build, source.path, pure, "Q4_0", pure=True))
+            pure = pure_q4_0(build, source.path)
+            runners["max-q4_0"] = (folder, pure)
             report.notes["max-q4_0_weights"] = f"llama-quantize --pure Q4_0 of {source.path.name} ({pure})"
         except LlamaCppError as exc:
             log(f"max-q4_0: its Q4_0 file could not be made, its rows are skipped: {exc}")

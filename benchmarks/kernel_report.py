@@ -53,6 +53,10 @@ def format_table(rows: list[Row]) -> str:
         for i, name in enumerate(r.times_us):
             # speed-up = baseline time / Crucible time: > 1 means Crucible is faster.
             ratio = "" if name == "crucible" else f"{r.ratios[name]:.2f}"
+            # "!": read faster than the run's probe, so from a cache (Row.over_probe).
+            flag = " !" if name in r.over_probe else ""
             head = (f"{r.op:<16}{r.model:<14}{r.variant:<18}{shape:<34}") if i == 0 else " " * 82
-            lines.append(f"{head}{name:<14}{r.times_us[name]:>11.1f}{r.gflops[name]:>10.1f}{r.gbps[name]:>9.1f}{ratio:>9}")
+            lines.append(f"{head}{name:<14}{r.times_us[name]:>11.1f}{r.gflops[name]:>10.1f}{r.gbps[name]:>9.1f}{ratio:>9}{flag}")
+    if any(r.over_probe for r in rows):
+        lines.append("! read faster than the run's read-bandwidth probe: bytes from a cache, not DRAM")
     return "\n".join(lines)

@@ -31,6 +31,11 @@ class Row:
     # Read bandwidth of the probe timed interleaved with this row's systems (0: not measured); the
     # ceiling for this row's "% of read bandwidth" target (see KernelBench._time_with_ceiling).
     ceiling_gbps: float = 0.0
+    # Distinct copies of the weights (or KV sequences) the row rotates through, so that reads come
+    # from DRAM (benchmarks/cache_size.py); 1: one buffer, read from wherever it sits.
+    rotated: int = 1
+    # Systems whose read rate beat the run's best probe: their bytes came from a cache, not DRAM.
+    over_probe: list[str] = field(default_factory=list)
 
     def fill(self, timings: dict[str, Timing]) -> Row:
         for name, t in timings.items():

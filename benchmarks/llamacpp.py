@@ -254,6 +254,16 @@ def requantize(build: LlamaCppBuild, src: Path, dst: Path, preset: str, pure: bo
     return dst
 
 
+def pure_q4_0(build: LlamaCppBuild, src: Path) -> Path:
+    """`src` requantized with `llama-quantize --pure` to Q4_0 (every tensor Q4_0: MAX's GGUF loader
+    rejects the Q8_0 tensors of the plain preset), cached per source file."""
+    from crucible.core.tokenizer import cache_dir, file_key
+
+    pure = cache_dir() / "requant" / f"{src.stem}-{file_key(src)}-pure-Q4_0.gguf"
+    pure.parent.mkdir(parents=True, exist_ok=True)
+    return requantize(build, src, pure, "Q4_0", pure=True)
+
+
 def build_dict(build: LlamaCppBuild) -> dict:
     """The build as a JSON-ready record."""
     d = asdict(build)

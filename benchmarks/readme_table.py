@@ -60,25 +60,46 @@ def render(runs: tuple[str, ...] = README_RUNS, results: Path = ROOT / "benchmar
     return "\n".join(lines)
 
 
+def _serve_cell(data: dict, system: str, level: int) -> str:
+    entry = data["systems"][system]
+    if "summary" in data:  # medians over the reps, with our worst-vs-best where a baseline has a level
+        r = data["summary"].get(system, {}).get(str(level))
+        if r is None:
+            return "FAILED: " + entry["failed"][:80].replace("|", "/") if entry.get("failed") else "-"
+        ttft = "-" if r["ttft_p99_s"] is None else f"{r['ttft_p99_s']:.2f}"
+        cell = f"{r['tok_s']:.1f} [{r['tok_s_min']:.1f}-{r['tok_s_max']:.1f}] ({ttft})"
+        if r["errors"]:
+            cell += f", {r['errors']} errors"
+        if entry.get("failed"):
+            cell += ", FAILED: " + entry["failed"][:80].replace("|", "/")
+        return cell
+    r = next((r for r in entry["results"] if r["concurrency"] == level), None)
+    return "-" if r is None else (f"{r['output_tok_per_s']:.1f} ({r['ttft_p99_s']:.2f})"
+                                  + (f", {r['errors']} errors" if r["errors"] else ""))
+
+
 def render_serve(run: str = SERVE_RUN, results: Path = ROOT / "benchmarks" / "results") -> str:
     """Output tok/s and p99 TTFT per system and concurrency of one serve.json."""
     data = json.loads((results / run / "serve.json").read_text())
     systems = data["systems"]
     levels = data["config"]["levels"]
-    lines = [SERVE_BEGIN, f"`{run}`, {data['config']['model']}, {data['config']['max_tokens']} tokens per request; "
-             "output tok/s (p99 time to first token, s):", "",
+    reps = data["config"].get("reps", 1)
+    what = ("median output tok/s [min-max over the reps] (median p99 time to first token, s)" if "summary" in data
+            else "output tok/s (p99 time to first token, s)")
+    lines = [SERVE_BEGIN, f"`{run}`, {data['config']['model']}, {data['config']['max_tokens']} tokens per request, "
+             f"{reps} rep{'s' if reps > 1 else ''}; {what}:", "",
              "| streams | " + " | ".join(systems) + " |", "|" + "---|" * (len(systems) + 1)]
     for level in levels:
-        cells = []
-        for name in systems:
-            r = next((r for r in systems[name]["results"] if r["concurrency"] == level), None)
-            cells.append("-" if r is None else (f"{r['output_tok_per_s']:.1f} ({r['ttft_p99_s']:.2f})"
-                                                + (f", {r['errors']} errors" if r["errors"] else "")))
-        lines.append(f"| {level} | " + " | ".join(cells) + " |")
+        lines.append(f"| {level} | " + " | ".join(_serve_cell(data, name, level) for name in systems) + " |")
     flags = systems.get("llama.cpp", {}).get("flags_per_level")
     if flags:
         lines += ["", "llama-server flags per level (this host's sweep): "
                   + "; ".join(f"{lv}: `{f}`" for lv, f in flags.items())]
+    verdicts = [t for t in data.get("targets", []) if "worst" in t or t.get("failed")]
+    if "summary" in data and verdicts:
+        lines += [""] + [f"- {'FAILED' if t.get('failed') else ('MET' if t['met'] else 'NOT MET')}: {t['target']}"
+                         + (f" ({t['value']:.2f}x median, worst rep vs best {t['worst']:.2f}x)" if "worst" in t else "")
+                         for t in verdicts]
     lines.append(SERVE_END)
     return "\n".join(lines)
 

@@ -10,6 +10,7 @@ servers close streamed connections).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import time
@@ -81,6 +82,8 @@ class LoadResult:
     ttft_p99_s: float | None
     itl_p50_s: float | None
     itl_p99_s: float | None
+    first_error: str | None = None  # the first failed request's error, cut to 300 characters
+    rep: int = 0  # which repetition of a multi-rep comparison (serve_compare.py)
 
 
 def make_prompt(i: int, rng: random.Random) -> str:
@@ -152,17 +155,19 @@ async def run_level(cfg: LoadConfig) -> LoadResult:
     tokens = sum(t.output_tokens for t in ok)
     pct = lambda xs, q: float(np.percentile(xs, q)) if xs else None  # noqa: E731
     return LoadResult(cfg.concurrency, len(timings), len(timings) - len(ok), duration, tokens, tokens / duration,
-                      len(ok) / duration, pct(ttft, 50), pct(ttft, 99), pct(itl, 50), pct(itl, 99))
+                      len(ok) / duration, pct(ttft, 50), pct(ttft, 99), pct(itl, 50), pct(itl, 99),
+                      next((t.error[:300] for t in timings if t.error), None))
 
 
 def run_load(base_url: str, model: str, levels: list[int], max_requests: int, max_seconds: float,
-             max_tokens: int, api_key: str | None = None) -> list[LoadResult]:
-    """Runs every concurrency level in turn (a short warm-up request first)."""
+             max_tokens: int, api_key: str | None = None, rep: int = 0) -> list[LoadResult]:
+    """Runs every concurrency level in turn (a short warm-up request first); rep labels the results."""
     out = []
     asyncio.run(run_level(LoadConfig(base_url, model, 1, 1, 60, 4, api_key)))  # warm-up, not reported
     for c in levels:
-        out.append(asyncio.run(run_level(LoadConfig(base_url, model, c, max(max_requests, c), max_seconds,
-                                                    max_tokens, api_key))))
+        r = asyncio.run(run_level(LoadConfig(base_url, model, c, max(max_requests, c), max_seconds,
+                                             max_tokens, api_key)))
+        out.append(dataclasses.replace(r, rep=rep))
     return out
 
 

@@ -130,27 +130,26 @@ def cmd_bench_serve(args: argparse.Namespace) -> int:
         print(f"wrote {out}")
         return 0
 
-    from benchmarks.serve_compare import (ServeCompareConfig, check_serve_targets, format_compare, run_system,
+    from benchmarks.serve_compare import (ServeCompareConfig, check_serve_targets, format_compare, run_compare,
                                           write_compare)
     from crucible.core.registry import resolve_model
 
-    cfg = ServeCompareConfig(model=args.model, systems=tuple(args.systems.split(",")), levels=tuple(levels),
+    systems = tuple(args.systems.split(","))
+    if not args.build_llama_cpp and ("llama.cpp" in systems or "max-q4_0" in systems):
+        from benchmarks.llamacpp import is_built
+
+        if not is_built():
+            # max-q4_0's file is made by llama.cpp's llama-quantize.
+            print("llama.cpp: NOT BUILT, llama.cpp and max-q4_0 skipped; rerun with --build-llama-cpp "
+                  "(~15 min on 2 cores)", flush=True)
+            systems = tuple(s for s in systems if s not in ("llama.cpp", "max-q4_0"))
+    cfg = ServeCompareConfig(model=args.model, systems=systems, levels=tuple(levels),
                              max_requests=args.max_requests, max_seconds=args.max_seconds,
-                             max_tokens=args.max_tokens, build_llama_cpp=args.build_llama_cpp)
+                             max_tokens=args.max_tokens, build_llama_cpp=args.build_llama_cpp, reps=args.reps)
     source = resolve_model(cfg.model)
     out_dir.mkdir(parents=True, exist_ok=True)
-    results, info = {}, {}
-    for system in cfg.systems:
-        if system == "llama.cpp" and not cfg.build_llama_cpp:
-            from benchmarks.llamacpp import is_built
-
-            if not is_built():
-                print("llama.cpp: NOT BUILT, skipped; rerun with --build-llama-cpp (~15 min on 2 cores)", flush=True)
-                continue
-        print(f"{system}: starting and loading ...", flush=True)
-        results[system], info[system] = run_system(system, cfg, source, out_dir,
-                                                   log=lambda msg: print(msg, flush=True))
-    targets = check_serve_targets(results)
+    results, info = run_compare(cfg, source, out_dir, log=lambda msg: print(msg, flush=True))
+    targets = check_serve_targets(results, info)
     print(format_compare(results, targets))
     path = write_compare(results, info, targets, version_matrix("cpu"), cfg, out_dir)
     print(f"wrote {path} and {path.with_suffix('.png')}")
@@ -400,9 +399,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bench_api)
     p = bench_sub.add_parser("serve", help="load-test servers: crucible, max serve, llama-server (or --url)")
     p.add_argument("--url", default=None, help="root URL of a running server (loopback) instead of spawning")
-    p.add_argument("--systems", default="crucible,max,llama.cpp", help="servers to spawn in turn")
+    p.add_argument("--systems", default="crucible,max,max-q4_0,llama.cpp", help="servers to spawn in turn")
     p.add_argument("--build-llama-cpp", action="store_true",
                    help="build llama.cpp from the llama-cpp-python sdist if not cached (~15 min on 2 cores)")
+    p.add_argument("--reps", type=POSITIVE, default=3, help="runs of every system, in a shuffled order each")
     p.add_argument("--model", default=DEFAULT_MODEL, help="model to spawn / to request")
     p.add_argument("--served-name", default=None, help="model id to request if it differs from --model")
     p.add_argument("--system", default="external", help="label for a --url server's results")

@@ -280,10 +280,10 @@ def _gemma3_global_scaling(raw: dict | None) -> dict:
 
 def config_from_gguf(reader) -> ModelConfig:
     """Reads the `<arch>.*` and tokenizer keys of an open gguf.GGUFReader."""
+    from crucible.core import gguf_meta
 
     def field(key: str, default: object = None) -> object:
-        f = reader.fields.get(key)
-        return default if f is None else f.contents()
+        return gguf_meta.field(reader, key, default)
 
     arch_name = field("general.architecture")
     arch = GGUF_ARCHITECTURES.get(str(arch_name))
@@ -294,7 +294,7 @@ def config_from_gguf(reader) -> ModelConfig:
     names = {t.name for t in reader.tensors}
     heads = int(field(f"{p}.attention.head_count"))
     hidden = int(field(f"{p}.embedding_length"))
-    vocab = field(f"{p}.vocab_size") or len(field("tokenizer.ggml.tokens") or [])
+    vocab = field(f"{p}.vocab_size") or gguf_meta.vocab_size(reader)
     scaling = field(f"{p}.rope.scaling.type")
     if (arch == "llama" and scaling not in (None, "none")) or (arch == "gemma3" and scaling not in (None, "none", "linear")):
         raise UnsupportedModelError(f"GGUF rope scaling {field(f'{p}.rope.scaling.type')!r} is not supported")
@@ -323,9 +323,9 @@ def config_from_gguf(reader) -> ModelConfig:
             "rope_linear_factor": float(field(f"{p}.rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0,
         }
         # The chat template ends a turn with <end_of_turn>, not the file's eos (<eos>): both stop.
-        tokens = field("tokenizer.ggml.tokens") or []
-        if "<end_of_turn>" in tokens:
-            eos = tuple(dict.fromkeys(eos + (tokens.index("<end_of_turn>"),)))
+        end_of_turn = gguf_meta.token_id(reader, "<end_of_turn>")
+        if end_of_turn is not None:
+            eos = tuple(dict.fromkeys(eos + (end_of_turn,)))
     return ModelConfig(
         arch=arch,
         vocab_size=int(vocab),

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from crucible.core.gguf_meta import field
+
 # gguf token types (llama.cpp's llama_token_type).
 _NORMAL, _CONTROL, _USER_DEFINED, _BYTE = 1, 3, 4, 6
 
@@ -42,14 +44,9 @@ GEMMA3_CHAT_TEMPLATE = (
 )
 
 
-def _field(reader, key: str, default: object = None) -> object:
-    f = reader.fields.get(key)
-    return default if f is None else f.contents()
-
-
 def is_scored_spm(reader) -> bool:
     """Whether the file's vocabulary is one this module builds (SentencePiece BPE of Gemma 3)."""
-    return _field(reader, "tokenizer.ggml.model") == "llama" and _field(reader, "general.architecture") == "gemma3"
+    return field(reader, "tokenizer.ggml.model") == "llama" and field(reader, "general.architecture") == "gemma3"
 
 
 def merges_by_score(tokens: list[str], scores: np.ndarray, types: np.ndarray) -> list[tuple[str, str]]:
@@ -90,15 +87,15 @@ def spm_gguf_tokenizer(reader):
     from tokenizers.models import BPE
     from transformers import PreTrainedTokenizerFast
 
-    tokens = [str(t) for t in _field(reader, "tokenizer.ggml.tokens")]
-    scores = np.asarray(_field(reader, "tokenizer.ggml.scores"), dtype=np.float32)
-    types = np.asarray(_field(reader, "tokenizer.ggml.token_type"), dtype=np.int32)
-    if _field(reader, "tokenizer.ggml.add_space_prefix", False):
+    tokens = [str(t) for t in field(reader, "tokenizer.ggml.tokens")]
+    scores = np.asarray(field(reader, "tokenizer.ggml.scores"), dtype=np.float32)
+    types = np.asarray(field(reader, "tokenizer.ggml.token_type"), dtype=np.int32)
+    if field(reader, "tokenizer.ggml.add_space_prefix", False):
         from crucible.core.errors import UnsupportedModelError
 
         raise UnsupportedModelError("SentencePiece GGUF vocabularies with add_space_prefix are not supported")
     vocab = {t: i for i, t in enumerate(tokens)}
-    unk_id = _field(reader, "tokenizer.ggml.unknown_token_id")
+    unk_id = field(reader, "tokenizer.ggml.unknown_token_id")
     tok = Tokenizer(BPE(vocab, merges_by_score(tokens, scores, types), byte_fallback=True,
                         unk_token=tokens[unk_id] if unk_id is not None else None, fuse_unk=True))
     tok.normalizer = normalizers.Replace(" ", "▁")
@@ -109,14 +106,14 @@ def spm_gguf_tokenizer(reader):
                     for i in np.flatnonzero(types == _USER_DEFINED)])
 
     def special(key: str) -> str | None:
-        i = _field(reader, f"tokenizer.ggml.{key}_token_id")
+        i = field(reader, f"tokenizer.ggml.{key}_token_id")
         return tokens[int(i)] if i is not None else None
 
     bos = special("bos")
-    if bos is not None and _field(reader, "tokenizer.ggml.add_bos_token", False):
+    if bos is not None and field(reader, "tokenizer.ggml.add_bos_token", False):
         tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
                                                            special_tokens=[(bos, vocab[bos])])
-    template = _field(reader, "tokenizer.chat_template") or GEMMA3_CHAT_TEMPLATE
+    template = field(reader, "tokenizer.chat_template") or GEMMA3_CHAT_TEMPLATE
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=bos, eos_token=special("eos"),
                                    unk_token=special("unknown"), pad_token=special("padding"),
                                    chat_template=template, clean_up_tokenization_spaces=False)
