@@ -194,6 +194,8 @@ def max_error_line(log: str) -> str:
     lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
     for ln in reversed(lines):
         head = ln.split(":", 1)[0]
+        if head.endswith("CancelledError"):
+            continue  # a server's request tasks cancelled after the error that matters
         if ln.startswith("Segmentation fault") or (head.endswith(("Error", "Exception")) and " " not in head):
             return ln[:300]
     import re

@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- e2e-table:begin (python -m benchmarks.readme_table) -->", "<!-- e2e-table:end -->"
 SERVE_BEGIN, SERVE_END = "<!-- serve-table:begin (python -m benchmarks.readme_table) -->", "<!-- serve-table:end -->"
-SERVE_RUN = "cpu-2026-12-06b/serve-smollm2-q4_1"
+SERVE_RUN = "cpu-2026-12-06c/serve-smollm2-q4_1"
 # The runs the README shows, in order: one e2e.json each, under benchmarks/results/.
 README_RUNS = (
     "cpu-2026-12-06b/e2e-smollm2-q4_1",
@@ -62,16 +62,18 @@ def render(runs: tuple[str, ...] = README_RUNS, results: Path = ROOT / "benchmar
 
 def _serve_cell(data: dict, system: str, level: int) -> str:
     entry = data["systems"][system]
-    if "summary" in data:  # medians over the reps, with our worst-vs-best where a baseline has a level
+    if "summary" in data:  # medians over the reps
         r = data["summary"].get(system, {}).get(str(level))
+        if entry.get("failed") and (r is None or not r["tok_s_max"]):
+            return "FAILED: " + (entry.get("server_error") or entry["failed"])[:90].replace("|", "/")
         if r is None:
-            return "FAILED: " + entry["failed"][:80].replace("|", "/") if entry.get("failed") else "-"
+            return "-"
         ttft = "-" if r["ttft_p99_s"] is None else f"{r['ttft_p99_s']:.2f}"
         cell = f"{r['tok_s']:.1f} [{r['tok_s_min']:.1f}-{r['tok_s_max']:.1f}] ({ttft})"
         if r["errors"]:
             cell += f", {r['errors']} errors"
-        if entry.get("failed"):
-            cell += ", FAILED: " + entry["failed"][:80].replace("|", "/")
+        if entry.get("failed"):  # it ran some reps, then failed
+            cell += ", then FAILED: " + entry["failed"][:80].replace("|", "/")
         return cell
     r = next((r for r in entry["results"] if r["concurrency"] == level), None)
     return "-" if r is None else (f"{r['output_tok_per_s']:.1f} ({r['ttft_p99_s']:.2f})"

@@ -33,7 +33,7 @@ class ModelOptions:
         device: "cpu" or "gpu".
         page_size: KV cache page size in tokens (multiple of 128).
         activations: "q8" quantizes activations to int8 per 32-value block in the CPU decode path (up
-            to 32 rows) of the matmuls over GGUF block weights (Q4_0/Q4_1/Q8_0), as llama.cpp does:
+            to 32 rows) of the matmuls over GGUF block weights (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0), as llama.cpp does:
             faster, with a small extra error; "f32" keeps them float. Float weights always use float.
         tune_threads: On CPU, lower the priority of MAX's runtime threads once they are seen (see
             graphs/cpu_threads.py: busy-waiting workers otherwise delay the thread that drives each step).
@@ -152,11 +152,13 @@ class CrucibleModel:
     def load_line(self) -> str:
         """One line for the user: what the model holds, the load time and the peak resident memory, and
         which tensor types keep float activations when int8 activations were asked for."""
+        from graphs.kernel_ops import Q8_ACT_QTYPES
+
         line = load_line(self.inventory, self.load_seconds)
         float_types = self.float_activation_types()
         if float_types:
-            line += (f"; --activations q8 applies to Q4_0, Q4_1 and Q8_0 tensors, the {', '.join(float_types)} "
-                     f"ones run float activations")
+            line += (f"; --activations q8 applies to {', '.join(sorted(t.upper() for t in Q8_ACT_QTYPES))} "
+                     f"tensors, the {', '.join(float_types)} ones run float activations")
         return line
 
     def float_activation_types(self) -> list[str]:

@@ -26,18 +26,41 @@ from .quant import HALF, QBLOCK, block_bytes, block_d, block_scales, header_byte
 
 
 def w_max_of[qtype: StaticString]() -> Int:
-    """Largest weight byte the int8 path feeds dot_u8_i8: nibbles, or Q8_0's biased bytes."""
-    return 255 if qtype == "q8_0" else 15
+    """Largest weight byte the int8 path feeds dot_u8_i8: nibbles, 5-bit quants, or Q8_0's biased bytes."""
+    comptime if qtype == "q8_0":
+        return 255
+    elif qtype == "q5_0" or qtype == "q5_1":
+        return 31
+    return 15
+
+
+# Bit i of a Q5 block's qh is the fifth bit of value i: lane i of the 32 weights takes qh byte i // 8
+# and tests bit i % 8 (byte ops only: one shuffle, an and, a min; 32-bit lanes took 4x the registers).
+comptime QH_BIT = SIMD[DType.uint8, 32](
+    1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128
+)
 
 
 @always_inline
 def _int8_weights[qtype: StaticString](blk: BytePtr) -> SIMD[DType.uint8, 32]:
-    """A block's 32 weights as _wdot takes them: nibbles, Q8_0's bytes + 128, or with SIGNED_Q8 Q8_0's
-    bytes as they are."""
+    """A block's 32 weights as _wdot takes them: nibbles, Q5's 5-bit quants (0..31), Q8_0's bytes + 128,
+    or with SIGNED_Q8 Q8_0's bytes as they are."""
     comptime if qtype == "q8_0":
         comptime if SIGNED_Q8:
             return blk.unsafe_offset(2).unsafe_load[width=32](0)
         return blk.unsafe_offset(2).unsafe_load[width=32](0) ^ 0x80
+    elif qtype == "q5_0" or qtype == "q5_1":
+        # [f16 d (, f16 m)] [4 bytes qh] [16 bytes qs]: value j = nibble j | bit j of qh << 4 (quant.mojo).
+        comptime qh_at = 4 if qtype == "q5_1" else 2
+        var q = blk.unsafe_offset(qh_at + 4).unsafe_load[width=HALF](0)
+        # qh's 4 bytes in every 4-byte lane (2-byte aligned in Q5_0's 22-byte blocks: an unaligned load).
+        var qh4 = bitcast[DType.uint8, 32](SIMD[DType.uint32, 8](
+            bitcast[DType.uint32, 1](blk.unsafe_offset(qh_at).unsafe_load[width=4](0))))
+        var spread = qh4.shuffle[
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3
+        ]()
+        var fifth = min(spread & QH_BIT, SIMD[DType.uint8, 32](1)) << 4
+        return (q & 0xF).join(q >> 4) | fifth
     else:
         comptime head = header_bytes[qtype]()
         var q = blk.unsafe_offset(head).unsafe_load[width=HALF](0)
@@ -68,11 +91,13 @@ def _wdot_x2[qtype: StaticString](acc: SIMD[DType.int32, 16], w: SIMD[DType.uint
 def _int8_scales[qtype: StaticString](blk: BytePtr) -> SIMD[F32, 2]:
     """(d, coef) of a block for the int8 path: value = d * wbyte + coef, so a block's dot product is
     d * dx * dot(wbytes, qx) + coef * sx. coef: Q4_1's m, Q4_0's -8d, Q8_0's -128d (the +128 bias) or
-    0 (SIGNED_Q8)."""
-    comptime if qtype == "q4_1":
+    0 (SIGNED_Q8); Q5_1's m and Q5_0's -16d likewise."""
+    comptime if qtype == "q4_1" or qtype == "q5_1":
         return block_scales(blk)  # (d, m)
     elif qtype == "q4_0":
         return block_d[2](blk) * SIMD[F32, 2](1.0, -8.0)
+    elif qtype == "q5_0":
+        return block_d[2](blk) * SIMD[F32, 2](1.0, -16.0)
     elif SIGNED_Q8:
         return block_d[2](blk) * SIMD[F32, 2](1.0, 0.0)
     else:

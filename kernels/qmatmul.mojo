@@ -9,7 +9,8 @@
 #   act    "f32" (default): x is used as float32 everywhere; exact up to float rounding.
 #          "q8": CPU decode path (M <= 32) quantizes x to int8 per 32-value block and runs integer
 #          block dot products (qdot_int8.mojo), as llama.cpp does: faster, with its own error bound.
-#          Q4_0, Q4_1 and Q8_0 only, CPU only; prefill (M > 32) stays float32.
+#          Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 only, CPU only; prefill (M > 32) stays float32. (Q5_0 is
+#          most of a Q4_K_M file's tensors.)
 # CPU: qgemv for M <= 32, decode-into-panel GEMM above (qmatmul_cpu.mojo). GPU: qmatmul_gpu.mojo.
 # x and y are float32 on CPU; on GPU they may be float32 or bfloat16 (accumulation is fp32).
 
@@ -41,8 +42,10 @@ struct QMatmul:
             raise Error("crucible.qmatmul[", qtype, "]: weight bytes [", N, ",", w.dim_size(1),
                         "] do not hold [N, K=", K, "] blocks, or y is not [", M, ",", N, "]")
         comptime assert act == "f32" or act == "q8", "crucible.qmatmul: act is f32 or q8"
-        comptime assert act == "f32" or ((qtype == "q4_0" or qtype == "q4_1" or qtype == "q8_0") and target == "cpu"), (
-            "act=q8: Q4_0, Q4_1 and Q8_0 on CPU only")
+        comptime assert act == "f32" or (
+            (qtype == "q4_0" or qtype == "q4_1" or qtype == "q5_0" or qtype == "q5_1" or qtype == "q8_0")
+            and target == "cpu"
+        ), "act=q8: Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 on CPU only"
         if M == 0 or N == 0:
             return
         comptime if target == "cpu":

@@ -121,6 +121,9 @@ def test_max_error_line_is_maxs_own() -> None:
     key = "`max generate ...` exited 1:\n    dtype = _GGML_TO_DTYPE[tensor.tensor_type]\nKeyError: <GGMLQuantizationType.Q8_0: 8>\n"
     assert max_error_line(key) == "KeyError: <GGMLQuantizationType.Q8_0: 8>"
     assert max_error_line("`max generate --devices cpu` exited -11:\n") == "max exited with signal 11 (SIGSEGV)"
+    # max serve: the request tasks cancelled after the error are not the error.
+    serve = oov + "Traceback (most recent call last):\n    await fut\nasyncio.exceptions.CancelledError\n"
+    assert max_error_line(serve).startswith("RuntimeError: Generated out-of-vocabulary token_id")
 
 
 def test_system_order_is_shuffled_per_rep(tiny_models, monkeypatch) -> None:

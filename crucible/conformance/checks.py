@@ -154,8 +154,8 @@ def check_embedding(h: Harness) -> list[CaseResult]:
     for q, y in zip(("f32",) + QTYPES, ys):
         ref = table[ids].astype(np.float64) if q == "f32" else R.dequantize(enc[q], q, 1000, hidden)[ids]
         # Decoding is exact up to the fp32 roundings of d * sc, the offset and d * q + offset (3 at most).
-        magnitude = np.abs(ref) if q == "f32" else (
-            np.abs(ref - R.block_offsets(enc[q], q, 1000, hidden)[ids]) + np.abs(R.block_offsets(enc[q], q, 1000, hidden)[ids]))
+        offset = 0.0 if q == "f32" else R.block_offsets(enc[q], q, 1000, hidden)[ids]
+        magnitude = np.abs(ref - offset) + np.abs(offset)
         out.append(result(h, "crucible.embedding", q, "float32", f"T=5 V=1000 H={hidden}",
                           error_ratio(np.abs(y - ref), 4 * U32 * magnitude + 1e-30), 1.0))
     return out

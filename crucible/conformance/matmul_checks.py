@@ -144,6 +144,12 @@ def check_qmatmul(h: Harness, qtype: str) -> list[CaseResult]:
             misread = error_ratio(np.abs(y - wrong), dot_bound(x, _magnitude(wq, wd, qtype), wrong, False))
             out.append(result(h, "crucible.qmatmul", qtype + ":misread-layout-is-detected", "float32",
                               f"M={m} K={k} N={n}", 1.0 / max(misread, 1e-30), 1.0))
+            if len(ys) > 1:  # the int8 path reads the layout with its own code: its own control
+                xq = R.quantize_activations_q8(x)
+                wrong_q = xq @ R.dequantize_halves_swapped(wq, qtype, n, k).T
+                misread = error_ratio(np.abs(ys[1] - wrong_q), dot_bound(xq, _magnitude(wq, wd, qtype), wrong_q, False))
+                out.append(result(h, "crucible.qmatmul", qtype + ":act=q8:misread-layout-is-detected", "int8 x",
+                                  f"M={m} K={k} N={n}", 1.0 / max(misread, 1e-30), 1.0))
     out += _qmatmul_special_x(h, model, qtype, rng)
     return out
 

@@ -70,6 +70,10 @@ def block_offsets(wq: np.ndarray, qtype: str, n_out: int, k_in: int) -> np.ndarr
     return dequantize(blocks.reshape(n_out, -1), qtype, n_out, k_in)
 
 
+# Byte offsets of the f16 fields (d, dmin) in each K-quant super-block (ggml-common.h).
+KQUANT_HALF_OFFSETS = {"q2_k": (80, 82), "q3_k": (108,), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,)}
+
+
 def random_blocks(n_out: int, k_in: int, qtype: str, rng: np.random.Generator) -> np.ndarray:
     """Random valid rows of `qtype` blocks [N, bytes]: random quants and packed scales, with every half
     field (d, dmin) a finite value near 0.01. For the K-quants, which gguf-py decodes but cannot encode."""
@@ -77,9 +81,7 @@ def random_blocks(n_out: int, k_in: int, qtype: str, rng: np.random.Generator) -
 
     block, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype.upper()]]
     blocks = rng.integers(0, 256, (n_out, k_in // block, nbytes), dtype=np.uint8)
-    # Byte offsets of the f16 fields in each K-quant super-block (ggml-common.h).
-    halves = {"q2_k": (80, 82), "q3_k": (108,), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,)}[qtype]
-    for at in halves:
+    for at in KQUANT_HALF_OFFSETS[qtype]:
         d = (rng.standard_normal(blocks.shape[:2]) * 0.01).astype(np.float16)
         blocks[..., at:at + 2] = d.view(np.uint8).reshape(*blocks.shape[:2], 2)
     return blocks.reshape(n_out, -1)

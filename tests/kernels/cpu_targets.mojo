@@ -56,7 +56,7 @@ def qmatmuls[qtype: StaticString](ctx: DeviceContext) raises:
     var y = _zeros(64 * N)
     for m in [1, 3, 64]:
         qmatmul_cpu[qtype, "f32"](y, x, w, m, N, K, ctx)
-        comptime if qtype != "f16":
+        comptime if qtype != "f16":  # the formats with an int8-activation path
             qmatmul_cpu[qtype, "q8"](y, x, w, m, N, K, ctx)
     w.unsafe_free()
     x.unsafe_free()
@@ -122,6 +122,7 @@ def main() raises:
     matmuls(ctx)
     qmatmuls["q4_0"](ctx)
     qmatmuls["q4_1"](ctx)
+    qmatmuls["q5_0"](ctx)
     qmatmuls["q8_0"](ctx)
     qmatmuls["f16"](ctx)
     attentions[64](ctx)

@@ -10,6 +10,7 @@ import pytest
 
 from crucible.conformance import checks
 from crucible.conformance.harness import CaseResult, Harness
+from graphs.kernel_ops import Q8_ACT_QTYPES
 
 
 def _assert_all_pass(results: list[CaseResult], min_cases: int) -> None:
@@ -34,11 +35,13 @@ def test_qmatmul(cpu_harness: Harness, qtype: str) -> None:
     assert any("misread-layout-is-detected" in r.variant for r in results)
     # M = 1, batched decode 2..20 and prefill up to 512 rows.
     assert {1, 2, 8, 20, 64, 512} <= {int(r.shape.split()[0][2:]) for r in results if r.variant == qtype}
-    if qtype in ("q4_0", "q4_1", "q8_0"):
-        # int8 activations: every decode-path shape (M <= 32) against both references.
-        q8 = [r for r in results if ":act=q8" in r.variant]
+    if qtype in Q8_ACT_QTYPES:
+        # int8 activations: every decode-path shape (M <= 32) against both references, and its own
+        # misread-layout control.
+        q8 = [r for r in results if ":act=q8" in r.variant and "misread" not in r.variant]
         decode_shapes = sum(1 for r in results if r.variant == qtype and int(r.shape.split()[0][2:]) <= 32)
         assert len(q8) == 2 * decode_shapes and decode_shapes >= 5 * 5
+        assert any(r.variant == qtype + ":act=q8:misread-layout-is-detected" for r in results)
 
 
 def test_rmsnorm_rope_silu(cpu_harness: Harness) -> None:

@@ -379,12 +379,12 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
 def random_kquant_like(w: np.ndarray, wtype: str, rng: np.random.Generator) -> np.ndarray:
     """Random valid `wtype` super-blocks [N, bytes] for a float weight w [N, K] (K a multiple of 256),
     their d (and dmin) set so the decoded values have w's standard deviation."""
-    from crucible.conformance.naive import dequantize, random_blocks
+    from crucible.conformance.naive import KQUANT_HALF_OFFSETS, dequantize, random_blocks
 
     qtype = wtype.lower()
     n, k = w.shape
     blocks = random_blocks(n, k, qtype, rng).reshape(n, k // 256, -1)
-    halves = {"q2_k": (80, 82), "q3_k": (108,), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,)}[qtype]
+    halves = KQUANT_HALF_OFFSETS[qtype]
     unit = dequantize(_set_halves(blocks, halves, 1.0).reshape(n, -1), qtype, n, k)
     scale = float(np.std(w)) / max(float(np.std(unit)), 1e-30)
     return _set_halves(blocks, halves, scale).reshape(n, -1)

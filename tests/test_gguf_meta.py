@@ -1,0 +1,37 @@
+"""GGUF metadata reads (crucible/core/gguf_meta.py): a token's id found from raw bytes matches the
+decoded vocabulary, without decoding it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+
+from crucible.core import gguf_meta
+
+
+def _file(path: Path, tokens: list[str]) -> gguf.GGUFReader:
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_token_list(tokens)
+    w.add_uint32("llama.block_count", 3)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return gguf.GGUFReader(str(path))
+
+
+def test_token_id_and_vocab_size_read_raw_bytes(tmp_path) -> None:
+    tokens = ["<pad>", "<eos>", "<end_of_turn", "<end_of_turn>", "héllo", "<end_of_turn>x"]
+    reader = _file(tmp_path / "v.gguf", tokens)
+    assert gguf_meta.vocab_size(reader) == len(tokens)
+    for i, piece in enumerate(tokens):
+        assert gguf_meta.token_id(reader, piece) == i
+    assert gguf_meta.token_id(reader, "<start_of_turn>") is None  # control: absent
+    assert gguf_meta.field(reader, "llama.block_count") == 3
+    assert gguf_meta.field(reader, "llama.missing", 7) == 7
+
+
+def test_no_vocabulary(tmp_path) -> None:
+    reader = _file(tmp_path / "e.gguf", [])
+    assert gguf_meta.token_id(reader, "<eos>") is None
