@@ -25,6 +25,7 @@ class Row:
     bytes: float
     times_us: dict[str, float] = field(default_factory=dict)
     spread_us: dict[str, list[float]] = field(default_factory=dict)
+    rounds_us: dict[str, list[float]] = field(default_factory=dict)  # each interleaved round's median
     gflops: dict[str, float] = field(default_factory=dict)
     gbps: dict[str, float] = field(default_factory=dict)
     ratios: dict[str, float] = field(default_factory=dict)  # baseline time / crucible time (>1: we win)
@@ -41,6 +42,7 @@ class Row:
         for name, t in timings.items():
             self.times_us[name] = t.median * 1e6
             self.spread_us[name] = [t.p10 * 1e6, t.p90 * 1e6]
+            self.rounds_us[name] = [r * 1e6 for r in t.rounds]
             self.gflops[name] = self.flops / t.median / 1e9 if self.flops else 0.0
             self.gbps[name] = self.bytes / t.median / 1e9 if self.bytes else 0.0
         ours = timings["crucible"].median
@@ -48,3 +50,11 @@ class Row:
             if name != "crucible":
                 self.ratios[name] = t.median / ours
         return self
+
+    def slowest_us(self, name: str) -> float:
+        """The system's slowest round (its median time where no rounds were kept)."""
+        return max(self.rounds_us.get(name) or [self.times_us[name]])
+
+    def fastest_us(self, name: str) -> float:
+        """The system's fastest round (its median time where no rounds were kept)."""
+        return min(self.rounds_us.get(name) or [self.times_us[name]])

@@ -489,4 +489,4 @@ def flag_over_probe(rows: list[Row], probe_gbps: float) -> None:
 
 def _per_op(raw: dict[str, Timing], copies: int) -> dict[str, Timing]:
     """A chain's timings (one execute of `copies` ops) per op."""
-    return {name: Timing(t.median / copies, t.p10 / copies, t.p90 / copies, t.reps) for name, t in raw.items()}
+    return {name: t.scaled(1.0 / copies) for name, t in raw.items()}

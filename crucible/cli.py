@@ -184,7 +184,8 @@ def cmd_bench_kernels(args: argparse.Namespace) -> int:
             ceiling += f"; at most {t['attainable']:.2f} with the measured per-op cost"
         if "in_cache" in t:
             ceiling += f"; {t['in_cache']:.2f} with the weights in cache"
-        print(f"{'MET    ' if t['met'] else 'NOT MET'}  {t['target']}: {t['value']:.2f} (need {t['need']}{ceiling})")
+        print(f"{'MET    ' if t['met'] else 'NOT MET'}  {t['target']}: {t['value']:.2f}, worst round vs best "
+              f"{t['worst']:.2f} (need {t['need']}{ceiling})")
     for reason in bench.skipped:
         print(f"SKIPPED  {reason}")
     path = write_report(rows, bench.extra, targets, version_matrix(args.target), Path(args.out))

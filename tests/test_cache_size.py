@@ -51,3 +51,14 @@ def test_rows_faster_than_the_probe_are_flagged() -> None:
     # Control: the same rows against a faster probe are not flagged.
     flag_over_probe(rows, probe_gbps=50.0)
     assert rows[0].over_probe == []
+
+
+def test_interleaved_rounds_shuffle_the_order_and_keep_each_round() -> None:
+    from benchmarks.timing import time_interleaved
+
+    calls: list[str] = []
+    systems = {name: (lambda name=name: calls.append(name)) for name in "abcd"}
+    t = time_interleaved(systems, rounds=6, block_s=0.0, min_block=1, max_block=1, warmup=0)
+    orders = {tuple(calls[i:i + 4]) for i in range(0, 24, 4)}
+    assert len(orders) > 1 and all(sorted(o) == list("abcd") for o in orders)  # every round runs all, shuffled
+    assert all(len(x.rounds) == 6 and x.reps == 6 for x in t.values())
