@@ -44,14 +44,17 @@ def _reference_ids() -> list[list[int]]:
 @pytest.mark.slow
 def test_a_base_environment_serves_generates_and_batches(tmp_path: Path) -> None:
     venv = tmp_path / "base-venv"
-    env = child_env({"CRUCIBLE_VENV": str(venv)})
+    # A fresh machine: nothing of this process's interpreter setup reaches the install or the checks.
+    env = {k: v for k, v in child_env({"CRUCIBLE_VENV": str(venv)}).items()
+           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     start = time.perf_counter()
     boot = subprocess.run(["bash", "scripts/bootstrap.sh", "base"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=1800)
     assert boot.returncode == 0, boot.stdout[-2000:] + boot.stderr[-4000:]
     print(f"base install: {time.perf_counter() - start:.0f} s")
     py = str(venv / "bin" / "python")
-    no_torch = subprocess.run([py, "-c", "import torch"], capture_output=True, text=True)
+    # -I: the environment's own packages only (no PYTHON* variables, user site or working directory).
+    no_torch = subprocess.run([py, "-I", "-c", "import torch"], capture_output=True, text=True, cwd=tmp_path)
     assert no_torch.returncode != 0 and "No module named 'torch'" in no_torch.stderr
 
     # The torch-free tokenizer equals transformers' own GGUF tokenizer (built here, where torch is).
