@@ -116,6 +116,14 @@ class KernelBench:
             return [make(a)]
         return [make(a) for _ in range(self.cold.copies(a.nbytes))]
 
+    def _chain_sets(self, xb, wq: np.ndarray) -> tuple[int, list[list], int]:
+        """A chain's argument sets: (ops per graph, [x, one weight copy per op] per set, distinct
+        copies), enough sets to stream the cold bytes (ColdSize.chain); a dry run gets one copy."""
+        ops_n, sets = self.cold.chain(wq.nbytes, CHAIN_MAX_OPS)
+        bufs = [self._buf(wq) for _ in range(1 if self.dry else ops_n * sets)]
+        arg_sets = [[xb, *[bufs[(s * ops_n + i) % len(bufs)] for i in range(ops_n)]] for s in range(sets)]
+        return ops_n, arg_sets, len(bufs)
+
     def _host_views(self, bufs: list) -> list[np.ndarray]:
         """numpy views of CPU buffers, so a numpy baseline rotates through the same copies."""
         return [b.to_numpy() for b in bufs]
@@ -290,9 +298,7 @@ class KernelBench:
         xb = self._buf(x)
         for qtype, act in (("q4_0", "f32"), ("q4_0", "q8"), ("q4_1", "f32"), ("q4_1", "q8"), ("f32", "f32")):
             wq = w if qtype == "f32" else quantize(w, qtype)
-            ops_n, sets = self.cold.chain(wq.nbytes, CHAIN_MAX_OPS)
-            bufs = [self._buf(wq) for _ in range(1 if self.dry else ops_n * sets)]
-            arg_sets = [[xb, *[bufs[(s * ops_n + i) % len(bufs)] for i in range(ops_n)]] for s in range(sets)]
+            ops_n, arg_sets, distinct = self._chain_sets(xb, wq)
             ours = self.graphs.chain("crucible", qtype, ops_n, k, wq.shape, act)
             systems = {"crucible": self._cycle(ours, arg_sets)}
             if qtype == "f32":
@@ -303,14 +309,14 @@ class KernelBench:
             variant = "chain" if qtype == "f32" else f"chain:{qtype}" + (":q8" if act == "q8" else "")
             row = Row(op, "target", {"M": m, "K": k, "N": n, "copies": ops_n}, variant, "float32", self.target,
                       2.0 * m * k * n, float(wq.nbytes + 4 * (m * k + m * n)), ceiling_gbps=ceiling,
-                      rotated=len(bufs))
+                      rotated=distinct)
             self.rows.append(row.fill(timings))
             if qtype != "f32":
-                raw = self._time({"crucible": self._call(ours, [xb, *[bufs[0]] * ops_n])})
+                raw = self._time({"crucible": self._call(ours, [xb, *[arg_sets[0][1]] * ops_n])})
                 cached = Row(op, "target", dict(row.shape), "cached:" + variant.split(":", 1)[1], "float32",
                              self.target, row.flops, row.bytes)
                 self.rows.append(cached.fill(_per_op(raw, ops_n)))
-            del bufs, arg_sets, systems
+            del arg_sets, systems
 
     def elementwise_rows(self, model: ModelShapes, m: int) -> None:
         dt = self.float_dtype

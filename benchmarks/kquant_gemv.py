@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.cache_size import ColdSize, llc_bytes
-from benchmarks.kernels import CHAIN_MAX_OPS, KernelBench, _per_op
+from benchmarks.kernels import KernelBench, _per_op
 
 FORMATS = ("q4_0", "q8_0", "q4_k", "q5_k", "q6_k")
 
@@ -32,19 +32,18 @@ def weights(qtype: str, n: int, k: int, rng: np.random.Generator) -> np.ndarray:
 def run(k: int, n: int, cold: ColdSize, formats: tuple[str, ...], act: str = "f32", log=print) -> dict:
     """One chain per format, each timed against the probe over cold.cold_bytes; returns the report."""
     bench = KernelBench("cpu")
+    bench.cold = cold  # the probe and the chains stream cold.cold_bytes (--llc-multiple)
     rng = np.random.default_rng(0)
     x = bench._buf(rng.standard_normal((1, k)).astype(np.float32))
-    probe_n = cold.cold_bytes // 4
-    probe = bench._call(bench.graphs.bandwidth(), [bench._buf(np.ones(probe_n, np.float32))])
+    probe, probe_bytes = bench._probe_call()
     rows = []
     for qtype in formats:
         wq = weights(qtype, n, k, rng)
-        ops_n, sets = cold.chain(wq.nbytes, CHAIN_MAX_OPS)
-        bufs = [bench._buf(wq) for _ in range(ops_n * sets)]
+        ops_n, arg_sets, distinct = bench._chain_sets(x, wq)
+        sets = len(arg_sets)
         chain = bench.graphs.chain("crucible", qtype, ops_n, k, wq.shape, act)
-        arg_sets = [[x, *bufs[s * ops_n:(s + 1) * ops_n]] for s in range(sets)]
         raw = bench._time({"crucible": bench._cycle(chain, arg_sets), "probe": probe})
-        probe_gbps = probe_n * 4 / raw.pop("probe").median / 1e9
+        probe_gbps = probe_bytes / raw.pop("probe").median / 1e9
         per_op = _per_op(raw, ops_n)["crucible"]
         gbps = wq.nbytes / per_op.median / 1e9
         row = {"qtype": qtype, "act": act, "M": 1, "K": k, "N": n, "ops": ops_n, "sets": sets,
@@ -53,8 +52,8 @@ def run(k: int, n: int, cold: ColdSize, formats: tuple[str, ...], act: str = "f3
                "share_of_probe": round(gbps / probe_gbps, 3)}
         rows.append(row)
         log(f"{qtype:5s} {row['us_per_op']:8.1f} us/op  {gbps:6.1f} GB/s  probe {probe_gbps:5.1f} GB/s  "
-            f"{100 * gbps / probe_gbps:5.1f}% ({ops_n} ops x {sets} sets, {ops_n * sets * wq.nbytes / 1e9:.2f} GB)")
-        del bufs, arg_sets
+            f"{100 * gbps / probe_gbps:5.1f}% ({ops_n} ops x {sets} sets, {distinct * wq.nbytes / 1e9:.2f} GB)")
+        del arg_sets
     return {"llc_bytes": cold.cache_bytes, "total_bytes": cold.cold_bytes, "cpu_threads": os.cpu_count(),
             "rows": rows}
 
