@@ -434,11 +434,10 @@ class KernelBench:
         """Host float32 array -> device buffer in the target's float dtype."""
         if self.target == "cpu":
             return self._buf(a.astype(np.float32))
-        from crucible.conformance.harness import round_bf16
+        from crucible.core.bf16 import bf16_bits
         from max.dtype import DType
 
-        bits = (round_bf16(a).view(np.uint32) >> 16).astype(np.uint16)
-        return self._buf(bits).view(DType.bfloat16)
+        return self._buf(bf16_bits(a)).view(DType.bfloat16)
 
     def run(self, log=print) -> list[Row]:
         self.probe()

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from crucible import __version__
-from crucible.core.devices import NO_GPU, gpu_count
+from crucible.core.devices import DTYPES, NO_GPU, gpu_count
 from crucible.core.errors import USER_ERROR, report
 from crucible.core.registry import DEFAULT_MODEL, list_models
 from pipelines.scheduler import DEFAULT_CPU_BATCH
@@ -59,7 +59,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from graphs.model import CrucibleModel, ModelOptions
 
     source = resolve_model(args.model)
-    model = CrucibleModel(source, ModelOptions(device=args.device, activations=args.activations))
+    model = CrucibleModel(source, ModelOptions(device=args.device, activations=args.activations, dtype=args.dtype))
     tokenizer = load_tokenizer(source)
     print(f"[crucible] {model.load_line()}; kernels {model.provenance['kernel_build']}, hot-path fallbacks: "
           f"{model.provenance['hot_path_fallbacks'] or 'none'}", file=sys.stderr)
@@ -84,7 +84,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     if not in_path.is_file():
         raise FileNotFoundError(f"input file {in_path} does not exist")
     gen = Generator(args.model, device=args.device, max_batch_size=args.max_batch_size,
-                    activations=args.activations)
+                    activations=args.activations, dtype=args.dtype)
     print(f"[crucible] {gen.engine.model.load_line()}", file=sys.stderr)
     s = run_batch(gen, in_path, out_path, raw=args.raw)
     print(f"[batch] {s.completed} rows generated, {s.errors} errors, {s.skipped} already done; "
@@ -102,7 +102,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     resolve_model(args.model)  # a missing file or unknown name fails here, before the server starts
     config = ServerConfig(model=args.model, served_name=args.served_model_name, device=args.devices,
-                          activations=args.activations,
+                          activations=args.activations, dtype=args.dtype,
                           max_batch_size=args.max_batch_size, max_in_flight=args.max_queue,
                           max_body_bytes=args.max_body_bytes, api_key=args.api_key, kv_cache_gib=args.kv_cache_gib,
                           prefix_caching=args.prefix_caching)
@@ -323,6 +323,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
     p.add_argument("--activations", choices=["f32", "q8"], default="f32",
                    help="q8: int8 activations in the CPU decode matmuls (as llama.cpp; faster, ~1e-2 logit error)")
+    p.add_argument("--dtype", choices=list(DTYPES), default="auto",
+                   help="compute dtype: auto = float32 on CPU, bfloat16 on GPU (bf16 weights, activations and KV "
+                        "cache; GGUF blocks stay blocks); bfloat16 needs a GPU")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (default: embedded SmolLM2 on 127.0.0.1:8000)")
@@ -340,6 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compute every prompt in full (default: reuse the KV pages of cached prompt prefixes)")
     p.add_argument("--activations", choices=["f32", "q8"], default="f32",
                    help="q8: int8 activations in the CPU decode matmuls (as llama.cpp; faster, ~1e-2 logit error)")
+    p.add_argument("--dtype", choices=list(DTYPES), default="auto",
+                   help="compute dtype: auto = float32 on CPU, bfloat16 on GPU (bf16 weights, activations and KV "
+                        "cache; GGUF blocks stay blocks); bfloat16 needs a GPU")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("batch", help="offline batch generation: JSONL prompts in, JSONL results out")
@@ -351,6 +357,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--raw", action="store_true", help="prompts are raw text to continue (no chat template)")
     p.add_argument("--activations", choices=["f32", "q8"], default="f32",
                    help="q8: int8 activations in the CPU decode matmuls (as llama.cpp; faster, ~1e-2 logit error)")
+    p.add_argument("--dtype", choices=list(DTYPES), default="auto",
+                   help="compute dtype: auto = float32 on CPU, bfloat16 on GPU (bf16 weights, activations and KV "
+                        "cache; GGUF blocks stay blocks); bfloat16 needs a GPU")
     p.set_defaults(func=cmd_batch)
 
     p = sub.add_parser("qualify", help="qualification record of a model on a target (JSON + Markdown)")
@@ -427,6 +436,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     prog = " ".join(["crucible", args.command, getattr(args, "bench_command", None) or ""]).strip()
     # Checked here, before anything loads (crucible.core.devices.max_device raises the same error later).
+    if getattr(args, "dtype", "auto") == "bfloat16" and not wants_gpu(args):
+        print(f"{prog}: error: --dtype bfloat16 runs on GPU only (the CPU kernels compute in float32)", file=sys.stderr)
+        return USER_ERROR
     if wants_gpu(args) and gpu_count() == 0:
         print(f"{prog}: error: {NO_GPU}", file=sys.stderr)
         return USER_ERROR

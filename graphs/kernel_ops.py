@@ -61,7 +61,7 @@ def qmatmul(x: TensorValue, wq: TensorValue, n_out: int, k_in: int, qtype: QType
     """y = x @ dequant(wq)^T with wq holding GGUF blocks byte for byte.
 
     Args:
-        x: [M, K] float32 activations.
+        x: [M, K] activations: float32, or bfloat16 on GPU (fp32 accumulation).
         wq: [N, K / block * block_bytes] uint8, one row of blocks per output feature.
         n_out: N.
         k_in: K (a multiple of the block size).
@@ -72,7 +72,7 @@ def qmatmul(x: TensorValue, wq: TensorValue, n_out: int, k_in: int, qtype: QType
             provenance name them: CrucibleModel.float_activation_types).
 
     Returns:
-        [M, N] float32.
+        [M, N] in x's dtype.
     """
     block, nbytes = QUANT_BLOCKS[qtype]
     if k_in % block:
@@ -88,7 +88,8 @@ def qmatmul(x: TensorValue, wq: TensorValue, n_out: int, k_in: int, qtype: QType
                       parameters={"qtype": qtype, "act": act})[0].tensor
 
 
-def embedding(ids: TensorValue, table: TensorValue, hidden: int, qtype: str) -> TensorValue:
+def embedding(ids: TensorValue, table: TensorValue, hidden: int, qtype: str,
+              dtype: DType = DType.float32) -> TensorValue:
     """Gathers rows of an embedding table, decoding GGUF blocks for the gathered rows only.
 
     Args:
@@ -96,11 +97,12 @@ def embedding(ids: TensorValue, table: TensorValue, hidden: int, qtype: str) -> 
         table: [V, H] float32 (qtype "f32") or [V, H / block * block_bytes] uint8.
         hidden: H.
         qtype: "f32" or a key of QUANT_BLOCKS.
+        dtype: The output's dtype: float32, or bfloat16 on GPU (the CPU branch computes in float32).
 
     Returns:
-        [T, H] float32.
+        [T, H] in dtype.
     """
-    out = TensorType(DType.float32, [ids.shape[0], hidden], device=_device(ids))
+    out = TensorType(dtype, [ids.shape[0], hidden], device=_device(ids))
     return ops.custom("crucible.embedding", _device(ids), [ids, table], [out],
                       parameters={"qtype": qtype})[0].tensor
 

@@ -34,6 +34,7 @@ from max import tree
 from max.dtype import DType
 from max.graph import DeviceRef, Graph, TensorType, TensorValue, Weight, ops
 
+from crucible.core.bf16 import bf16_bits
 from graphs import kernel_ops as K
 from graphs.config import ModelConfig
 from graphs.weights import Linear, ModelWeights
@@ -41,27 +42,50 @@ from graphs.weights import Linear, ModelWeights
 
 @dataclass
 class _WeightBinder:
-    """Creates graph Weights and collects the name -> array registry MAX loads them from."""
+    """Creates graph Weights and collects the name -> array registry MAX loads them from.
+
+    Float arrays become Weights of the graph's dtype (in a bf16 graph: bf16 bits, viewed by MAX as
+    bfloat16); byte arrays stay uint8.
+    """
 
     device: DeviceRef
-    registry: dict[str, np.ndarray]
+    dtype: DType
+    registry: dict[str, object]
 
     def add(self, name: str, array: np.ndarray) -> TensorValue:
-        dtype = DType.uint8 if array.dtype == np.uint8 else DType.float32
+        if array.dtype == np.uint8:
+            self.registry[name] = array
+            return Weight(name, DType.uint8, list(array.shape), device=self.device)
+        if self.dtype == DType.bfloat16:
+            return self._bf16(name, bf16_bits(array))
         self.registry[name] = array
-        return Weight(name, dtype, list(array.shape), device=self.device)
+        return Weight(name, DType.float32, list(array.shape), device=self.device)
 
-    def linear(self, name: str, lin: Linear) -> tuple[Linear, TensorValue, TensorValue | None]:
-        w = self.add(name + ".weight", lin.data)
+    def _bf16(self, name: str, bits: np.ndarray) -> TensorValue:
+        from max.driver import Buffer
+
+        self.registry[name] = Buffer.from_numpy(np.ascontiguousarray(bits)).view(DType.bfloat16)
+        return Weight(name, DType.bfloat16, list(bits.shape), device=self.device)
+
+    def linear(self, name: str, lin: Linear, as_bytes: bool = False) -> tuple[Linear, TensorValue, TensorValue | None]:
+        """Binds a linear layer. A "bf16" weight in a bf16 graph binds as a bf16 [N, K] tensor for
+        crucible.matmul, unless `as_bytes` (crucible.qmatmul's input, e.g. for float32 logits)."""
+        if lin.qtype == "bf16" and self.dtype == DType.bfloat16 and not as_bytes:
+            w = self._bf16(name + ".weight", lin.data.view(np.uint16).reshape(lin.n_out, lin.k_in))
+        else:
+            w = self.add(name + ".weight", lin.data)
         b = self.add(name + ".bias", lin.bias) if lin.bias is not None else None
         return lin, w, b
 
 
 def _project(x: TensorValue, bound: tuple[Linear, TensorValue, TensorValue | None],
              act: K.ActQuant = "f32") -> TensorValue:
-    # x: [T, K] -> [T, N]
+    # x: [T, K] -> [T, N] in x's dtype
     lin, w, b = bound
-    y = K.matmul(x, w) if lin.qtype == "f32" else K.qmatmul(x, w, lin.n_out, lin.k_in, lin.qtype, act)
+    if w.dtype != DType.uint8:  # float32, or bf16 in a bf16 graph
+        y = K.matmul(x, w)
+    else:
+        y = K.qmatmul(x, w, lin.n_out, lin.k_in, lin.qtype, act)
     return y + b if b is not None else y
 
 
@@ -105,13 +129,15 @@ def _single_device_kv(unflattened):
 
 def build_graph(cfg: ModelConfig, weights: ModelWeights, kv_params, device: DeviceRef,
                 kernels_path, logits: Literal["rows", "last_token"] = "rows",
-                activations: K.ActQuant = "f32") -> tuple[Graph, dict[str, np.ndarray]]:
+                activations: K.ActQuant = "f32") -> tuple[Graph, dict[str, object]]:
     """Builds the decoder graph.
 
     Args:
         cfg: Model configuration.
         weights: Weights in kernel form.
-        kv_params: MAX MHAKVCacheParams for the paged cache (float32, cfg's heads and layers).
+        kv_params: MAX MHAKVCacheParams for the paged cache (cfg's heads and layers). Its dtype is the
+            graph's compute dtype: float32, or bfloat16 (GPU only; fp32 accumulation in every kernel,
+            float32 logits).
         device: Where the graph runs.
         kernels_path: The prebuilt kernel package.
         logits: "rows" takes the rows to compute logits for as the third input (our engine);
@@ -120,8 +146,11 @@ def build_graph(cfg: ModelConfig, weights: ModelWeights, kv_params, device: Devi
         activations: Activation format of the quantized projections' decode path (kernel_ops.qmatmul).
 
     Returns:
-        The graph and the weights registry to load it with.
+        The graph and the weights registry to load it with (numpy arrays, and MAX Buffers for bf16).
     """
+    dtype = kv_params.dtype
+    if dtype not in (DType.float32, DType.bfloat16):
+        raise ValueError(f"the graph computes in float32 or bfloat16, not {dtype}")
     if logits not in ("rows", "last_token"):
         raise ValueError(f"logits must be 'rows' or 'last_token', got {logits!r}")
     kv_flat, _ = tree.flatten(kv_params.get_symbolic_inputs())
@@ -131,7 +160,7 @@ def build_graph(cfg: ModelConfig, weights: ModelWeights, kv_params, device: Devi
         TensorType(DType.int64, ["num_logits"] if logits == "rows" else [1], device=device),
         *kv_flat,
     ]
-    binder = _WeightBinder(device, {})
+    binder = _WeightBinder(device, dtype, {})
     hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     with Graph("crucible_llama", input_types=input_types, custom_extensions=[kernels_path]) as graph:
         tokens, offsets, logit_rows = (v.tensor for v in graph.inputs[:3])
@@ -143,10 +172,10 @@ def build_graph(cfg: ModelConfig, weights: ModelWeights, kv_params, device: Devi
         inv_freq = ops.constant(cfg.inv_freq(), DType.float32, device=device)
         inv_freq_local = ops.constant(cfg.inv_freq(local=True), DType.float32, device=device)
         emb = weights.embedding
-        emb_w = binder.add("embed.weight", emb.data)
-        h = K.embedding(tokens, emb_w, cfg.hidden_size, emb.qtype)  # [T, H]
+        emb_w = binder.add("embed.weight", emb.data)  # the table's own form: f32 or bytes
+        h = K.embedding(tokens, emb_w, cfg.hidden_size, emb.qtype, dtype)  # [T, H]
         if cfg.embed_scale is not None:
-            h = h * ops.constant(np.float32(cfg.embed_scale), DType.float32, device=device)
+            h = h * ops.constant(np.float32(cfg.embed_scale), dtype, device=device)
         # Gemma 3's query scale, folded into q's norm: q_norm(x) * c scales the scores by c.
         q_fold = np.float32(cfg.query_scale * np.sqrt(d)) if cfg.query_scale is not None else np.float32(1.0)
         n_tokens = h.shape[0]
@@ -174,9 +203,12 @@ def build_graph(cfg: ModelConfig, weights: ModelWeights, kv_params, device: Devi
                 mlp_out = K.rmsnorm(mlp_out, binder.add(p + "post_ffn_norm", layer.post_ffn_norm), eps)
         _, h = _residual_norm(h, mlp_out, binder.add("final_norm", weights.final_norm), eps)
         h_sel = ops.gather(h, logit_rows, axis=0)  # [num_logits, H]
+        if dtype != DType.float32:
+            # float32 logits: the head reads its weight's bytes (crucible.qmatmul) with fp32 x and output
+            h_sel = ops.cast(h_sel, DType.float32)
         if weights.lm_head is weights.embedding:
             head = (emb, emb_w, None)
         else:
-            head = binder.linear("lm_head", weights.lm_head)
+            head = binder.linear("lm_head", weights.lm_head, as_bytes=True)
         graph.output(_project(h_sel, head, activations))
     return graph, binder.registry

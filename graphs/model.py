@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from crucible.core.devices import max_device
+from crucible.core.devices import DTYPES, max_device
 from crucible.core.kernel_build import KernelBuild, kernel_package
 from crucible.core.registry import ModelSource, resolve_model
 from graphs.config import ModelConfig, load_config
@@ -38,14 +38,22 @@ class ModelOptions:
         tune_threads: On CPU, lower the priority of MAX's runtime threads once they are seen (see
             graphs/cpu_threads.py: busy-waiting workers otherwise delay the thread that drives each step).
             Process-wide, and not undone for later models.
+        dtype: The graph's compute dtype: "float32", "bfloat16" (GPU only: bf16 weights, activations and
+            KV cache, fp32 accumulation and logits; GGUF blocks stay blocks), or "auto" (float32 on CPU,
+            bfloat16 on GPU). `compute_dtype` is the resolved one.
     """
 
     device: str = "cpu"
     page_size: int = PAGE_SIZE
     activations: str = "f32"
     tune_threads: bool = True
+    dtype: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.compute_dtype == "bfloat16" and self.device != "gpu":
+            raise ValueError("dtype='bfloat16' runs on GPU only; the CPU kernels compute in float32")
         if self.device not in ("cpu", "gpu"):
             raise ValueError(f"device must be cpu or gpu, got {self.device!r}")
         if self.page_size % 128 or self.page_size <= 0:
@@ -54,6 +62,20 @@ class ModelOptions:
             raise ValueError(f"activations must be f32 or q8, got {self.activations!r}")
         if self.activations == "q8" and self.device != "cpu":
             raise ValueError("activations='q8' is a CPU kernel variant; the GPU kernels use float activations")
+
+    @property
+    def compute_dtype(self) -> str:
+        """"float32" or "bfloat16": dtype with "auto" resolved for the device."""
+        if self.dtype != "auto":
+            return self.dtype
+        return "float32" if self.device == "cpu" else "bfloat16"
+
+    @property
+    def max_dtype(self):
+        """compute_dtype as MAX's DType."""
+        from max.dtype import DType
+
+        return DType.bfloat16 if self.compute_dtype == "bfloat16" else DType.float32
 
 
 @dataclass(frozen=True)
@@ -95,14 +117,17 @@ def compile_decoder(source: ModelSource, kv_params, device_ref, session, activat
         source: The resolved model.
         kv_params: The paged KV cache's parameters.
         device_ref: Where the graph runs.
-        session: MAX's InferenceSession to compile into.
+        session: MAX's InferenceSession to compile into. The graph computes in kv_params.dtype (float32,
+            or bfloat16 with float linears loaded as bf16).
         activations: "f32" or "q8" (ModelOptions.activations).
         logits: "rows" (logits of the rows asked for) or "last_token" (MAX's pipeline input order).
         kernels: The kernel package (default: this checkout's).
         config: The model's config if already read.
     """
     config = config or load_config(source)
-    weights = load_weights(source, config)
+    from max.dtype import DType
+
+    weights = load_weights(source, config, "bf16" if kv_params.dtype == DType.bfloat16 else "f32")
     kernels = kernels or kernel_package()
     graph, registry = build_graph(config, weights, kv_params, device_ref, kernels.path, logits=logits,
                                   activations=activations)
@@ -124,7 +149,6 @@ class CrucibleModel:
 
     def __init__(self, model: str | ModelSource, options: ModelOptions = ModelOptions(), session=None,
                  kernels: KernelBuild | None = None) -> None:
-        from max.dtype import DType
         from max.engine import InferenceSession
         from max.graph import DeviceRef
         from max.nn.kv_cache import MHAKVCacheParams
@@ -137,7 +161,7 @@ class CrucibleModel:
         self.config: ModelConfig = load_config(self.source)
         ref = DeviceRef.CPU() if options.device == "cpu" else DeviceRef.GPU()
         self.kv_params = MHAKVCacheParams(
-            dtype=DType.float32, n_kv_heads=self.config.num_kv_heads, head_dim=self.config.head_dim,
+            dtype=options.max_dtype, n_kv_heads=self.config.num_kv_heads, head_dim=self.config.head_dim,
             num_layers=self.config.num_layers, page_size=options.page_size, devices=[ref],
         )
         self.session = session or InferenceSession(devices=[self.device])
@@ -177,7 +201,7 @@ class CrucibleModel:
     def provenance(self) -> dict[str, object]:
         """Which kernels this model runs (ours or MAX's), on which target, from which kernel build."""
         return {**summary(self.ops), "kernel_build": self.kernels.content_hash, "device": self.options.device,
-                "activations": self.options.activations, "float_activation_types": self.float_activation_types(),
+                "dtype": self.options.compute_dtype, "activations": self.options.activations, "float_activation_types": self.float_activation_types(),
                 "cpu_threads": self.thread_tuner.status}
 
     def execute(self, tokens: np.ndarray, row_offsets: np.ndarray, logit_rows: np.ndarray,

@@ -1,9 +1,13 @@
 """Model weights from Hugging Face safetensors or GGUF, in the form our kernels consume.
 
-- safetensors (fp32 or bf16): converted to float32 (MAX runs CPU graphs in float32).
-- GGUF: F32 tensors as float32; F16, BF16 and the block formats of GGUF_QTYPES stay as their raw bytes
-  ([rows, row_bytes] uint8) and feed crucible.qmatmul / crucible.embedding directly, so the loaded
-  model stays near its file size. Any other tensor type is rejected by name.
+Float weights take one of two forms (``FloatForm``), chosen by the graph's dtype:
+- "f32": float32 arrays (MAX runs CPU graphs in float32; bf16 files are widened exactly).
+- "bf16": bfloat16, kept as raw bytes ([rows, 2 * K] uint8, qtype "bf16") so bf16 files are never
+  widened; float32 tensors are rounded to bf16. The GPU bf16 graph reads them through crucible.matmul
+  (as bf16 tensors) and through crucible.embedding / crucible.qmatmul (as bytes).
+GGUF F16, BF16 and the block formats of GGUF_QTYPES stay as their raw bytes ([rows, row_bytes] uint8)
+and feed crucible.qmatmul / crucible.embedding directly, so the loaded model stays near its file size.
+Any other tensor type is rejected by name. Norms and biases are float32 arrays (the graph casts them).
 
 q/k/v are fused into one [(Hq + 2 Hkv) * D, H] projection and gate/up into one [2 I, H] projection
 (rows concatenated; for block formats that is a concatenation of byte rows), so a layer runs 4
@@ -14,11 +18,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
+from crucible.core.bf16 import bf16_bits, bf16_to_f32
 from crucible.core.registry import ModelSource
 from graphs.config import ModelConfig, UnsupportedModelError
+from graphs.safetensors_file import RawTensor, read_safetensors
+
+FloatForm = Literal["f32", "bf16"]
 
 GGUF_QTYPES = {"F16": "f16", "BF16": "bf16", "Q8_0": "q8_0", "Q4_0": "q4_0", "Q4_1": "q4_1", "Q5_0": "q5_0",
                "Q5_1": "q5_1", "Q2_K": "q2_k", "Q3_K": "q3_k", "Q4_K": "q4_k", "Q5_K": "q5_k", "Q6_K": "q6_k"}
@@ -29,7 +38,8 @@ class Linear:
     """A linear layer's weight in kernel form.
 
     Attributes:
-        qtype: "f32" (data [N, K] float32) or a block format (data [N, row_bytes] uint8).
+        qtype: "f32" (data [N, K] float32) or a byte format: "bf16", "f16" or a block format
+            (data [N, row_bytes] uint8).
         data: The weight.
         n_out: N.
         k_in: K.
@@ -137,62 +147,62 @@ _HF_GEMMA3_NAMES = {**_HF_NAMES, "ffn_norm": "pre_feedforward_layernorm.weight",
                     "post_ffn_norm": "post_feedforward_layernorm.weight"}
 
 
-def load_hf_weights(folder: Path, cfg: ModelConfig) -> ModelWeights:
-    """Reads every *.safetensors file of the folder (fp32 or bf16) into float32."""
-    from safetensors import safe_open
+def float_linear(w: np.ndarray, form: FloatForm, bias: np.ndarray | None = None,
+                 bf16_bits_given: bool = False) -> Linear:
+    """A float weight [N, K] in the asked form.
 
-    tensors: dict[str, np.ndarray] = {}
+    Args:
+        w: float values, or uint16 bfloat16 bits when bf16_bits_given.
+        form: "f32" (float32 array) or "bf16" (raw bf16 bytes, qtype "bf16").
+        bias: [N] float32 or None.
+        bf16_bits_given: w holds bf16 bits (a bf16 file), kept as they are in "bf16" form.
+    """
+    n_out, k_in = (int(d) for d in w.shape)
+    if form == "f32":
+        data = bf16_to_f32(w) if bf16_bits_given else np.array(w, dtype=np.float32)
+        return Linear("f32", np.ascontiguousarray(data), n_out, k_in, bias)
+    bits = np.array(w, dtype=np.uint16) if bf16_bits_given else bf16_bits(w)
+    return Linear("bf16", np.ascontiguousarray(bits).view(np.uint8).reshape(n_out, 2 * k_in), n_out, k_in, bias)
+
+
+def load_hf_weights(folder: Path, cfg: ModelConfig, form: FloatForm = "f32") -> ModelWeights:
+    """Reads every *.safetensors file of the folder (fp32, fp16 or bf16; no torch needed).
+
+    Args:
+        folder: The HF model folder.
+        cfg: Its config.
+        form: The float form of the linear weights (see the module docstring).
+    """
+    tensors: dict[str, RawTensor] = {}
     for path in sorted(folder.glob("*.safetensors")):
-        with safe_open(str(path), framework="numpy") if _numpy_readable(path) else _torch_open(path) as f:
-            for name in f.keys():
-                tensors[name] = np.ascontiguousarray(_to_f32(f.get_tensor(name)))
+        tensors.update(read_safetensors(path))
 
-    def take(name: str) -> np.ndarray:
+    def raw(name: str) -> RawTensor:
         if name not in tensors:
             raise UnsupportedModelError(f"weight {name!r} is missing from {folder}")
         return tensors[name]
 
+    def as_f32(t: RawTensor) -> np.ndarray:
+        return np.ascontiguousarray(bf16_to_f32(t.array) if t.dtype == "BF16" else np.array(t.array, dtype=np.float32))
+
     names = _HF_GEMMA3_NAMES if cfg.arch == "gemma3" else _HF_NAMES
 
     def get(layer: int | None, key: str) -> np.ndarray:
-        w = take("model.norm.weight" if layer is None else f"model.layers.{layer}.{names[key]}")
+        w = as_f32(raw("model.norm.weight" if layer is None else f"model.layers.{layer}.{names[key]}"))
         return (w + np.float32(1.0)).astype(np.float32) if cfg.arch == "gemma3" else w
+
+    def linear(name: str, bias: str | None) -> Linear:
+        t = raw(name)
+        b = as_f32(tensors[bias]) if bias is not None and bias in tensors else None
+        return float_linear(t.array, form, b, bf16_bits_given=t.dtype == "BF16")
 
     def get_linear(layer: int | None, key: str) -> Linear:
         if layer is None:
-            w = take("model.embed_tokens.weight" if key == "embed" else "lm_head.weight")
-            return Linear("f32", w, w.shape[0], w.shape[1])
+            return linear("model.embed_tokens.weight" if key == "embed" else "lm_head.weight", None)
         prefix = f"model.layers.{layer}.{names[key]}"
-        w = take(prefix + ".weight")
-        return Linear("f32", w, w.shape[0], w.shape[1], tensors.get(prefix + ".bias"))
+        return linear(prefix + ".weight", prefix + ".bias")
 
     return _assemble(cfg, get, get_linear)
-
-
-def _numpy_readable(path: Path) -> bool:
-    # numpy has no bfloat16: such files are read through torch (a test/benchmark dependency) instead.
-    import json
-    import struct
-
-    with path.open("rb") as f:
-        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
-    return all(v.get("dtype") != "BF16" for k, v in header.items() if k != "__metadata__")
-
-
-def _torch_open(path: Path):
-    try:
-        from safetensors import safe_open
-        import torch  # noqa: F401
-    except ImportError as exc:
-        raise UnsupportedModelError(f"{path} holds bfloat16 tensors; reading them needs torch "
-                                    "(pip install torch==2.13.0)") from exc
-    return safe_open(str(path), framework="pt")
-
-
-def _to_f32(t) -> np.ndarray:
-    if isinstance(t, np.ndarray):
-        return t.astype(np.float32, copy=False)
-    return t.float().numpy()
 
 
 _GGUF_NAMES = {
@@ -204,8 +214,9 @@ _GGUF_NAMES = {
 }
 
 
-def load_gguf_weights(path: Path, cfg: ModelConfig) -> ModelWeights:
-    """Reads GGUF tensors; block formats stay raw bytes (memory-mapped by gguf.GGUFReader)."""
+def load_gguf_weights(path: Path, cfg: ModelConfig, form: FloatForm = "f32") -> ModelWeights:
+    """Reads GGUF tensors; block formats stay raw bytes (memory-mapped by gguf.GGUFReader), F32 linears
+    take the float form asked for."""
     import gguf
 
     reader = gguf.GGUFReader(str(path))
@@ -230,17 +241,16 @@ def load_gguf_weights(path: Path, cfg: ModelConfig) -> ModelWeights:
         t = take(name)
         kind = t.tensor_type.name
         k_in, n_out = (int(d) for d in t.shape[:2])  # GGUF lists dims innermost first
+        bias = as_float(bias_name) if bias_name and bias_name in tensors else None
         if kind == "F32":
-            data = np.ascontiguousarray(np.asarray(t.data, dtype=np.float32).reshape(n_out, k_in))
-            qtype = "f32"
-        elif kind in GGUF_QTYPES:
+            return float_linear(np.asarray(t.data, dtype=np.float32).reshape(n_out, k_in), form, bias)
+        if kind in GGUF_QTYPES:
             qtype = GGUF_QTYPES[kind]
             data = np.ascontiguousarray(np.asarray(t.data).view(np.uint8).reshape(n_out, -1))
         else:
             raise UnsupportedModelError(
                 f"tensor {name} has GGUF type {kind}, which Crucible does not support "
                 f"(supported: F32, {', '.join(GGUF_QTYPES)})")
-        bias = as_float(bias_name) if bias_name and bias_name in tensors else None
         return Linear(qtype, data, n_out, k_in, bias)
 
     def get_linear(layer: int | None, key: str) -> Linear:
@@ -252,8 +262,8 @@ def load_gguf_weights(path: Path, cfg: ModelConfig) -> ModelWeights:
     return _assemble(cfg, get, get_linear)
 
 
-def load_weights(source: ModelSource, cfg: ModelConfig) -> ModelWeights:
-    """Weights of a resolved model source in kernel form."""
+def load_weights(source: ModelSource, cfg: ModelConfig, form: FloatForm = "f32") -> ModelWeights:
+    """Weights of a resolved model source in kernel form, float linears in `form`."""
     if source.format == "hf":
-        return load_hf_weights(source.path, cfg)
-    return load_gguf_weights(source.path, cfg)
+        return load_hf_weights(source.path, cfg, form)
+    return load_gguf_weights(source.path, cfg, form)

@@ -48,8 +48,8 @@ class LLMEngine:
         from crucible.core.tokenizer import load_tokenizer
 
         self.config = config
-        self.model = model or CrucibleModel(config.model, ModelOptions(device=config.device,
-                                                                         activations=config.activations))
+        self.model = model or CrucibleModel(config.model, ModelOptions(
+            device=config.device, activations=config.activations, dtype=config.dtype))
         self.tokenizer = tokenizer or load_tokenizer(self.model.source)
         cfg = self.model.config
         self.runner = ModelRunner.for_memory(self.model, config.kv_cache_gib, config.max_batch_size,

@@ -21,6 +21,7 @@ class EngineConfig:
         max_seq_len: Prompt + completion limit per request (None: the model's context length).
         activations: "f32" or "q8" (int8 activations in the CPU decode matmuls; ModelOptions).
         prefix_caching: Reuse the KV pages of prompt prefixes already in the cache.
+        dtype: The graph's compute dtype ("auto", "float32" or "bfloat16"; ModelOptions.dtype).
     """
 
     model: str = DEFAULT_MODEL
@@ -31,6 +32,7 @@ class EngineConfig:
     max_seq_len: int | None = None
     activations: str = "f32"
     prefix_caching: bool = True
+    dtype: str = "auto"
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1 or self.max_step_tokens < self.max_batch_size:

@@ -51,6 +51,7 @@ class ServerConfig:
         kv_cache_gib: KV cache memory.
         activations: "f32" or "q8" (int8 activations in the CPU decode matmuls).
         prefix_caching: Reuse the KV pages of cached prompt prefixes.
+        dtype: The graph's compute dtype ("auto", "float32" or "bfloat16").
     """
 
     model: str = DEFAULT_MODEL
@@ -63,6 +64,7 @@ class ServerConfig:
     kv_cache_gib: float = 1.0
     activations: str = "f32"
     prefix_caching: bool = True
+    dtype: str = "auto"
 
 
 @dataclass
@@ -99,7 +101,8 @@ def _make_engine(cfg: ServerConfig):
 
     return LLMEngine(EngineConfig(model=cfg.model, device=cfg.device, max_batch_size=cfg.max_batch_size,
                                   max_step_tokens=max(512, cfg.max_batch_size), kv_cache_gib=cfg.kv_cache_gib,
-                                  activations=cfg.activations, prefix_caching=cfg.prefix_caching))
+                                  activations=cfg.activations, prefix_caching=cfg.prefix_caching,
+                                  dtype=cfg.dtype))
 
 
 def _load(state: ServerState, engine=None) -> None:
@@ -120,7 +123,7 @@ def _load(state: ServerState, engine=None) -> None:
         state.model_name = name
         act = "" if prov["activations"] == "f32" else f"-{prov['activations']}"
         state.fingerprint = f"crucible-{prov['kernel_build']}-{prov['device']}{act}"
-        state.kernels_header = (f"build={prov['kernel_build']}; device={prov['device']}; ops=crucible; "
+        state.kernels_header = (f"build={prov['kernel_build']}; device={prov['device']}; dtype={prov['dtype']}; ops=crucible; "
                                 f"activations={prov['activations']}; fallbacks={fallbacks}")
         print(f"[crucible] {engine.model.load_line()}", file=sys.stderr)
         state.bridge = EngineBridge(engine, cfg.max_in_flight, on_death=lambda exc: state.stop_with(

@@ -52,6 +52,8 @@ def odd_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     ("bad count", ["generate", "--max-tokens", "0"], "--max-tokens"),
     ("bad number", ["serve", "--kv-cache-gib", "lots"], "--kv-cache-gib"),
     ("bad choice", ["serve", "--activations", "q2"], "--activations"),
+    ("bf16 on cpu", ["serve", "--dtype", "bfloat16"], "GPU only"),
+    ("bad dtype", ["batch", "in.jsonl", "out.jsonl", "--dtype", "fp8"], "--dtype"),
     ("unknown flag", ["models", "--colour"], "--colour"),
 ])
 def test_user_errors_are_one_line_and_status_2(case: str, argv: list[str], words: str, odd_models,

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from crucible.conformance import naive as R
-from crucible.conformance.harness import CaseResult, Harness, result, round_bf16
+from crucible.conformance.harness import CaseResult, Harness, result
+from crucible.core.bf16 import round_bf16
 from crucible.conformance.tolerance import U32, error_ratio
 
 # (sequence lengths of new tokens, cached tokens per sequence, Hq, Hkv, D); page size 128.

@@ -14,7 +14,8 @@ from crucible.conformance.attention_checks import (
     ATTENTION_CASES, HEAD_DIMS, LAYER, LAYERS, PAGE_SIZE, attention_graphs, check_attention, check_qkv_rope_write,
     qkv_rope_write_graph,
 )
-from crucible.conformance.harness import CaseResult, Harness, result, round_bf16
+from crucible.conformance.harness import CaseResult, Harness, result
+from crucible.core.bf16 import round_bf16
 from crucible.conformance.matmul_checks import (
     K_QTYPES, QTYPES, check_matmul, check_qmatmul, matmul_graph, qmatmul_graph, quantized_weights,
 )

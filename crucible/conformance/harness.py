@@ -20,13 +20,6 @@ from crucible.core.kernel_build import kernel_package
 Target = Literal["cpu", "gpu"]
 
 
-def round_bf16(a: np.ndarray) -> np.ndarray:
-    """Rounds float32 values to the nearest bfloat16 (ties to even), returned as float32."""
-    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return rounded.astype(np.uint32).view(np.float32)
-
-
 @dataclass(frozen=True)
 class CaseResult:
     """One grid point of one op.

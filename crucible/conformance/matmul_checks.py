@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from crucible.conformance import naive as R
-from crucible.conformance.harness import CaseResult, Harness, result, round_bf16
+from crucible.conformance.harness import CaseResult, Harness, result
+from crucible.core.bf16 import round_bf16
 from crucible.conformance.tolerance import dot_bound, error_ratio
 
 MATMUL_M = (1, 2, 7, 8, 64, 300)

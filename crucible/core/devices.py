@@ -11,6 +11,10 @@ NO_GPU = ("a GPU was asked for, but MAX sees no accelerator on this machine (max
           "run on a machine with an NVIDIA or AMD GPU, or use the cpu target")
 
 
+# Compute dtypes a model may be built in; "auto" is float32 on CPU and bfloat16 on GPU (graphs/model.py).
+DTYPES = ("auto", "float32", "bfloat16")
+
+
 class NoGPUError(RuntimeError):
     """A GPU device was asked for on a machine where MAX sees none."""
 
