@@ -1,9 +1,13 @@
-"""The GPU device check: the conformance grid and the quick kernel benchmark on a real GPU.
+"""The GPU device check: the conformance grid, the quick kernel benchmark and whole models on a real GPU.
 
-Run where a GPU is lent (see README): writes conformance.json, kernels.json/.png and a log under the
-output folder, and keeps going past a failing step so one run reports everything it can.
+Run where a GPU is lent (see README): writes conformance.json, kernels.json/.png, models/models.json and
+a log under the output folder, and keeps going past a failing step so one run reports everything it can.
 
-    python3 benchmarks/device_check.py OUT [--bench-only | --conformance-only | --attention-only]
+    python3 benchmarks/device_check.py OUT [--bench-only | --conformance-only | --attention-only | --models-only]
+
+`--models-only` runs benchmarks/device_models.py on the folder `prepare` wrote here (build/device-models,
+carried): parity of whole models in float32 and bfloat16 against transformers' references, then
+`crucible serve --devices gpu` answering over HTTP.
 
 Compiling dominates on a GPU, so the grid and the benchmark are best run as two calls; their graphs
 compile in one worker process per CPU first (crucible/conformance/precompile.py,
@@ -97,11 +101,22 @@ def main(out: str) -> int:
         write_report(rows, b.extra, [], versions(), out_dir)
         return b.extra
 
+    def models():
+        from benchmarks.device_models import run as run_models
+
+        status = run_models(Path("build/device-models"), out_dir / "models", "gpu", ("float32", "bfloat16"),
+                            {"float32": (1e-4, 1.0), "bfloat16": (5e-2, 0.9)})
+        failed = sorted(k for k, v in status.items() if not v["ok"])
+        return {"steps": len(status), "failed": failed}
+
     step("versions", versions)
-    if "--bench-only" not in sys.argv and "--attention-only" not in sys.argv:
-        step("conformance", conformance)
-    if "--conformance-only" not in sys.argv:
-        step("bench", bench)
+    if "--models-only" in sys.argv:
+        step("models", models)
+    else:
+        if "--bench-only" not in sys.argv and "--attention-only" not in sys.argv:
+            step("conformance", conformance)
+        if "--conformance-only" not in sys.argv:
+            step("bench", bench)
     print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "trace"} for k, v in status.items()},
                      default=str)[:3000])
     return 0 if all(v["ok"] for v in status.values()) else 1

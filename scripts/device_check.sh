@@ -2,7 +2,12 @@
 # GPU device check, run ON the lent GPU machine after the MAX stage parts
 # (../shared/device/stage-max.sh) were copied to /tmp/stage, from the repository root, with the
 # prebuilt kernel package (build/) and the gguf wheel (.whl/) carried along. Writes to $OUT (or ./device-out).
-#   bash scripts/device_check.sh [--bench-only | --conformance-only | --attention-only]
+#   bash scripts/device_check.sh [--bench-only | --conformance-only | --attention-only | --models-only]
+# --models-only (whole models in float32 and bf16, then `crucible serve --devices gpu`) needs
+# build/device-models carried: `python -m benchmarks.device_models prepare build/device-models` here
+# (15 MB; add --smollm2 and carry SmolLM2's GGUF apart to include it), and for the serve step the
+# HTTP wheels in .whl/extra (fastapi starlette uvicorn h11 httpx httpcore anyio sniffio, downloaded
+# as below) where the image lacks them.
 # Procedure (2026-12-04, second session): after stage-max.sh (with pydantic, below), run
 # scripts/stage_trim.sh to get two parts; move benchmarks/results aside; then, with no pause between them,
 #   call 1: carry part-00, build/kernels-<hash>, .whl/gguf-*.whl:  mkdir -p /tmp/stage && cp .devstage/...part-00 /tmp/stage/
@@ -46,7 +51,9 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/extra 
 missing=()
 for pair in psutil:psutil rich:rich markdown_it:markdown-it-py mdurl:mdurl pygments:pygments click:click \
     PIL:pillow yaml:pyyaml tqdm:tqdm filelock:filelock packaging:packaging regex:regex requests:requests \
-    urllib3:urllib3 idna:idna certifi:certifi charset_normalizer:charset-normalizer; do
+    urllib3:urllib3 idna:idna certifi:certifi charset_normalizer:charset-normalizer \
+    fastapi:fastapi starlette:starlette uvicorn:uvicorn h11:h11 httpx:httpx httpcore:httpcore anyio:anyio \
+    sniffio:sniffio; do
   python3 -c "import ${pair%%:*}" 2>/dev/null || missing+=("${pair##*:}")
 done
 if [[ -d .whl/extra && ${#missing[@]} -gt 0 ]]; then

@@ -17,14 +17,8 @@ import pytest
 from crucible.reference import Reference
 from graphs.generate import full_logits
 from graphs.model import CrucibleModel
+from tests.support.tiny_models import EVERY_TYPE_OVERRIDES as TYPES
 from tests.support.tiny_models import TINY_QWEN2, write_gguf
-
-# First matching fragment wins (write_gguf): layer 1's gate is BF16, layer 0's Q6_K.
-TYPES = {
-    "q_proj": "Q2_K", "k_proj": "Q3_K", "v_proj": "Q4_K", "o_proj": "Q5_K",
-    "layers.1.mlp.gate_proj": "BF16", "gate_proj": "Q6_K", "up_proj": "Q5_0", "down_proj": "Q5_1",
-    "embed_tokens": "Q4_K",
-}
 
 
 @pytest.fixture(scope="module")

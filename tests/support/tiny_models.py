@@ -49,6 +49,13 @@ GGUF_WEIGHT_TYPES = ("F32", "F16", "Q8_0", "Q4_0", "Q4_1")
 # super-blocks scaled to the float weight's spread (a tiny model's weights are random anyway, and the
 # reference decodes the same bytes).
 GGUF_MORE_TYPES = ("BF16", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+# write_gguf overrides giving TINY_QWEN2 every type of GGUF_MORE_TYPES (first matching fragment wins:
+# layer 1's gate is BF16, layer 0's Q6_K); its MLP's 544 columns take 32-value formats in ffn_down.
+EVERY_TYPE_OVERRIDES = {
+    "q_proj": "Q2_K", "k_proj": "Q3_K", "v_proj": "Q4_K", "o_proj": "Q5_K",
+    "layers.1.mlp.gate_proj": "BF16", "gate_proj": "Q6_K", "up_proj": "Q5_0", "down_proj": "Q5_1",
+    "embed_tokens": "Q4_K",
+}
 GGUF_K_TYPES = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 # A type write_gguf can write (gguf-py encodes it) that Crucible does not load: tests of the error.
 GGUF_UNSUPPORTED_TYPES = ("MXFP4",)
