@@ -32,7 +32,7 @@ def greedy_generate(model: CrucibleModel, prompts: Sequence[Sequence[int]], max_
         step_times: If given, time.perf_counter() is appended after each step's tokens are chosen
             (the first entry ends the prefill; the e2e benchmark reads them).
         execute_times: If given, the seconds each step spent in the graph execution alone are appended
-            (one entry per step_times entry); the rest of a step is host work (KV inputs, argmax).
+            (one entry per step_times entry); the rest of a step is host work (KV inputs, token ids).
 
     Returns:
         The generated ids of each sequence.
@@ -52,12 +52,12 @@ def greedy_generate(model: CrucibleModel, prompts: Sequence[Sequence[int]], max_
         runner.record_times = execute_times is not None
         active = list(range(len(seqs)))
         while active:
-            logits = runner.step([seqs[i] for i in active])
+            ids = runner.step([seqs[i] for i in active], tokens_only=True)  # argmax on the device: [len(active)]
             if execute_times is not None:
                 execute_times.append(runner.execute_seconds[-1])
             still = []
             for row, i in enumerate(active):
-                tok = int(np.argmax(logits[row]))
+                tok = int(ids[row])
                 runner.advance(seqs[i], tok)
                 outputs[i].append(tok)
                 if tok not in stops and len(outputs[i]) < max_new_tokens:

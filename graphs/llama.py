@@ -21,7 +21,8 @@ Graph inputs (symbolic dims in quotes):
     (or, with logits="last_token", MAX's return_n_logits [1] int64: its pipeline's input order; the
      rows are then each sequence's last token, computed in the graph, and num_logits = B)
   *kv inputs         MAX's paged KV cache inputs (kv_params.get_symbolic_inputs())
-Output: logits ["num_logits", vocab] float32.
+Outputs: logits ["num_logits", vocab] float32, and (logits="rows") their argmax ["num_logits"] int64, so
+a step whose sequences all decode greedily copies token ids instead of logits off the device.
 """
 
 from __future__ import annotations
@@ -210,5 +211,10 @@ def build_graph(cfg: ModelConfig, weights: ModelWeights, kv_params, device: Devi
             head = (emb, emb_w, None)
         else:
             head = binder.linear("lm_head", weights.lm_head, as_bytes=True)
-        graph.output(_project(h_sel, head, activations))
+        logits_out = _project(h_sel, head, activations)  # [num_logits, vocab] float32
+        if logits == "rows":
+            # Greedy steps read only this: [num_logits] ids instead of [num_logits, vocab] logits.
+            graph.output(logits_out, ops.squeeze(ops.argmax(logits_out, axis=-1), -1))
+        else:
+            graph.output(logits_out)
     return graph, binder.registry

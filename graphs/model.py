@@ -205,7 +205,7 @@ class CrucibleModel:
                 "cpu_threads": self.thread_tuner.status}
 
     def execute(self, tokens: np.ndarray, row_offsets: np.ndarray, logit_rows: np.ndarray,
-                kv_inputs: list) -> np.ndarray:
+                kv_inputs: list, tokens_only: bool = False) -> np.ndarray:
         """Runs one step.
 
         Args:
@@ -213,9 +213,11 @@ class CrucibleModel:
             row_offsets: [B + 1] uint32.
             logit_rows: [R] int64 rows (into tokens) whose next-token logits are wanted.
             kv_inputs: Flattened runtime KV inputs (tree.flatten of the manager's runtime_inputs).
+            tokens_only: Return the argmax of each row, computed in the graph, instead of its logits
+                (only [R] ids leave the device).
 
         Returns:
-            [R, vocab] float32 logits.
+            [R, vocab] float32 logits, or [R] int64 token ids with tokens_only.
         """
         from max.driver import CPU, Buffer
 
@@ -227,5 +229,5 @@ class CrucibleModel:
         # K/V went to the wrong slot; logits moved by up to 3) whenever another thread kept a core
         # busy, e.g. the HTTP server's event loop. Wait for the copies to land first.
         self.device.synchronize()
-        out = self.thread_tuner.execute(lambda: self.model.execute(*args, *kv_inputs))[0]
-        return out.to(CPU()).to_numpy()
+        logits, ids = self.thread_tuner.execute(lambda: self.model.execute(*args, *kv_inputs))
+        return (ids if tokens_only else logits).to(CPU()).to_numpy()

@@ -126,15 +126,17 @@ class ModelRunner:
             seq.tokens.chunk(n_tokens)
         return seq.tokens.processed_length - before
 
-    def execute(self, seqs: Sequence, all_positions: bool = False) -> np.ndarray:
+    def execute(self, seqs: Sequence, all_positions: bool = False, tokens_only: bool = False) -> np.ndarray:
         """Runs one step over prepared sequences.
 
         Args:
             seqs: The sequences, each prepared for this step.
             all_positions: Return logits of every new token (one sequence only), not just the last.
+            tokens_only: Return each row's argmax (computed on the device) instead of its logits.
 
         Returns:
-            [len(seqs), vocab] float32 logits of each sequence's last new token, or [n_new, vocab].
+            [len(seqs), vocab] float32 logits of each sequence's last new token, or [n_new, vocab];
+            with tokens_only, [len(seqs)] (or [n_new]) int64 ids.
         """
         from max import tree
 
@@ -146,16 +148,18 @@ class ModelRunner:
                 raise ValueError("all_positions takes one sequence")
             rows = np.arange(len(batch.tokens), dtype=np.int64)
         start = time.perf_counter()
-        logits = self.model.execute(batch.tokens, batch.row_offsets, rows, kv)
+        logits = self.model.execute(batch.tokens, batch.row_offsets, rows, kv, tokens_only=tokens_only)
         if self.record_times:
             self.execute_seconds.append(time.perf_counter() - start)
         return logits
 
-    def step(self, seqs: Sequence, n_tokens: Sequence[int | None] | None = None) -> np.ndarray:
-        """`prepare` each sequence, then `execute` them together: [len(seqs), vocab] logits."""
+    def step(self, seqs: Sequence, n_tokens: Sequence[int | None] | None = None,
+             tokens_only: bool = False) -> np.ndarray:
+        """`prepare` each sequence, then `execute` them together: [len(seqs), vocab] logits (or [len(seqs)]
+        argmax ids with tokens_only)."""
         for i, seq in enumerate(seqs):
             self.prepare(seq, None if n_tokens is None else n_tokens[i])
-        return self.execute(seqs)
+        return self.execute(seqs, tokens_only=tokens_only)
 
     def advance(self, seq, token: int | None) -> None:
         """Commits the step: the next token drawn after it, or None after a prompt chunk."""

@@ -196,13 +196,26 @@ class LLMEngine:
         start = time.perf_counter()
         every = [e.request.in_prefill and e.request.params.prompt_logprobs is not None for e in plan]
         batched = [e for e, all_pos in zip(plan, every) if not all_pos]
-        rows = iter(self.runner.execute([self._live[e.request.request_id].seq for e in batched]) if batched else ())
+        # When every batched row is a plain greedy pick, only the argmax ids leave the device ([B], not
+        # [B, vocab]); each such row is then a 0-d int64 array (see _advance).
+        ids_only = bool(batched) and all(self._plain_greedy(e) for e in batched)
+        rows = iter(self.runner.execute([self._live[e.request.request_id].seq for e in batched], tokens_only=ids_only)
+                    if batched else ())
         logits = [self.runner.execute([self._live[e.request.request_id].seq], all_positions=True) if all_pos
                   else next(rows) for e, all_pos in zip(plan, every)]
         self.stats.steps += 1
         self.stats.step_seconds += time.perf_counter() - start
         self.stats.prompt_tokens += sum(e.tokens for e in plan if e.request.in_prefill)
         return logits
+
+    def _plain_greedy(self, entry: StepEntry) -> bool:
+        """Whether this row needs nothing of its logits but their argmax: it does not sample yet, or it
+        samples greedily with no logprobs, penalties, logit_bias or grammar."""
+        params = entry.request.params
+        if not entry.samples:
+            return True
+        return (params.greedy and params.logprobs is None and not params.penalized
+                and self._live[entry.request.request_id].matcher is None)
 
     def _postprocess(self, rows: list[tuple[StepEntry, np.ndarray]]) -> list[RequestOutput]:
         """Processes the logits of the sequences that sample (batched), then advances each sequence that
@@ -266,7 +279,8 @@ class LLMEngine:
 
         Args:
             entry: The sequence's share of the step.
-            logits: [vocab] raw logits of its last new token (logprobs are reported from these).
+            logits: [vocab] raw logits of its last new token (logprobs are reported from these), or the
+                0-d token id the device chose for a plain greedy step.
             processed: [vocab] the logits after penalties and grammar, or None when there are none.
         """
         req = entry.request
@@ -280,7 +294,8 @@ class LLMEngine:
                 return None
             if req.params.max_tokens == 0:  # echo with logprobs only: the prompt's logprobs are the answer
                 return self._finish(req, "length", prompt_logprobs=tuple(live.prompt_logprobs))
-        tok = live.sampler.sample(logits if processed is None else processed)
+        # A 0-d row is the argmax already taken on the device (_run: a plain greedy step).
+        tok = int(logits) if logits.ndim == 0 else live.sampler.sample(logits if processed is None else processed)
         if live.matcher is not None:
             live.matcher.accept(tok)
         lp = () if req.params.logprobs is None else (token_logprob(logits, tok, req.params.logprobs),)

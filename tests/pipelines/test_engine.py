@@ -27,6 +27,29 @@ def test_eight_prompts_together_equal_each_alone(make_engine, tiny_model) -> Non
     assert gen.engine.kv_pages_in_use() == 0
 
 
+def test_greedy_steps_copy_ids_and_a_logprobs_request_gets_logits(make_engine, monkeypatch) -> None:
+    # A step whose rows are all plain greedy takes its tokens on the device (only [B] ids come back);
+    # one row that reads its logits (logprobs) makes the whole step return logits, with the same tokens.
+    engine = make_engine(max_batch_size=4)
+    asked: list[bool] = []
+    execute = engine.runner.execute
+
+    def spy(seqs, all_positions=False, tokens_only=False):
+        asked.append(tokens_only)
+        return execute(seqs, all_positions=all_positions, tokens_only=tokens_only)
+
+    monkeypatch.setattr(engine.runner, "execute", spy)
+    gen = Generator(engine=engine)
+    prompts = _prompts(np.random.default_rng(3), (7, 30))
+    plain = gen.generate_ids(prompts, [GREEDY] * 2)
+    assert asked and all(asked)
+    asked.clear()
+    mixed = gen.generate_ids(prompts, [GREEDY, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=2)])
+    assert asked and not any(asked)
+    assert [r.token_ids for r in mixed] == [r.token_ids for r in plain]
+    assert len(mixed[1].logprobs) == 12
+
+
 def test_fifty_requests_through_a_deliberately_small_cache(make_engine, tiny_model) -> None:
     # 6 pages of 128 tokens: at most a few requests fit at once; the rest must wait, none may fail.
     from graphs.runner import kv_page_bytes
@@ -95,13 +118,14 @@ def test_every_step_is_reproducible_while_another_thread_is_busy(make_engine, ti
     runs, mismatches = [], []
     execute = tiny_model.execute
 
-    def twice(tokens, row_offsets, logit_rows, kv):
+    def twice(tokens, row_offsets, logit_rows, kv, tokens_only=False):
+        # Logits both times (a greedy step asks for ids only): the comparison stays bit for bit.
         first = np.array(execute(tokens, row_offsets, logit_rows, kv))
         second = execute(tokens, row_offsets, logit_rows, kv)
         runs.append(len(tokens))
         if not np.array_equal(first, second):
             mismatches.append((len(tokens), float(np.abs(first - second).max())))
-        return second
+        return second.argmax(-1) if tokens_only else second
 
     monkeypatch.setattr(tiny_model, "execute", twice)
     stop = threading.Event()

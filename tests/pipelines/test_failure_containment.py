@@ -4,6 +4,8 @@ with the same tokens as when they run alone, and the engine goes on serving."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -91,7 +93,10 @@ def test_a_failing_request_fails_alone(stage: str, make_engine, tiny_model, monk
     prompts = [[1] + [int(t) for t in rng.integers(3, 397, n - 1)] for n in (150, 9, 40, 5)]
     _plant(stage, engine, monkeypatch)
     gen = Generator(engine=engine)
-    results = gen.generate_ids(prompts, [OTHERS, OTHERS, TARGET, OTHERS])
+    # A plain greedy step takes its token on the device, without the host sampler: to fail in
+    # sampling, the target asks for logprobs, so its steps read the logits.
+    target = replace(TARGET, logprobs=1) if stage == "sample" else TARGET
+    results = gen.generate_ids(prompts, [OTHERS, OTHERS, target, OTHERS])
     target = results[2]
     assert target.finish_reason == "error" and stage in target.error
     for i in (0, 1, 3):
