@@ -3,11 +3,15 @@
 Run where a GPU is lent (see README): writes conformance.json, kernels.json/.png, models/models.json and
 a log under the output folder, and keeps going past a failing step so one run reports everything it can.
 
-    python3 benchmarks/device_check.py OUT [--bench-only | --conformance-only | --attention-only | --models-only]
+    python3 benchmarks/device_check.py OUT [--bench-only | --conformance-only | --attention-only | --models-only
+                                            | --synth-only | --sweep-only]
 
 `--models-only` runs benchmarks/device_models.py on the folder `prepare` wrote here (build/device-models,
 carried): parity of whole models in float32 and bfloat16 against transformers' references, then
-`crucible serve --devices gpu` answering over HTTP.
+`crucible serve --devices gpu` answering over HTTP. `--synth-only` writes the Llama-3-8B-shaped folder of
+random bf16 weights (benchmarks/synth_model.py, 16 GB) to /tmp/synth-llama3-8b, which stays while the
+machine is warm; `--sweep-only` then serves it with `crucible serve` and `max serve` at 1, 16 and 64
+streams (benchmarks/serve_compare.py; it writes the folder first if it is missing).
 
 Compiling dominates on a GPU, so the grid and the benchmark are best run as two calls; their graphs
 compile in one worker process per CPU first (crucible/conformance/precompile.py,
@@ -109,8 +113,38 @@ def main(out: str) -> int:
         failed = sorted(k for k, v in status.items() if not v["ok"])
         return {"steps": len(status), "failed": failed}
 
+    synth_dir = Path("/tmp/synth-llama3-8b")
+
+    def synth():
+        from benchmarks.synth_model import SHAPES, write_synthetic
+
+        if not (synth_dir / "model.safetensors").is_file():
+            write_synthetic(synth_dir, SHAPES["llama3-8b"], "bfloat16")
+        return {"folder": str(synth_dir), "bytes": (synth_dir / "model.safetensors").stat().st_size}
+
+    def sweep():
+        from benchmarks.serve_compare import (ServeCompareConfig, check_serve_targets, format_compare, run_compare,
+                                              write_compare)
+        from crucible.core.registry import resolve_model
+
+        synth()
+        cfg = ServeCompareConfig(model=str(synth_dir), systems=("crucible", "max"), levels=(1, 16, 64),
+                                 max_requests=64, max_seconds=60, max_tokens=128, reps=1, device="gpu",
+                                 kv_cache_gib=16.0)
+        serve_dir = out_dir / "serve"
+        serve_dir.mkdir(parents=True, exist_ok=True)
+        results, info = run_compare(cfg, resolve_model(str(synth_dir)), serve_dir, log=lambda m: print(m, flush=True))
+        targets = check_serve_targets(results, info)
+        print(format_compare(results, targets), flush=True)
+        write_compare(results, info, targets, versions(), cfg, serve_dir)
+        return {"targets": targets, "failed": [s for s, i in info.items() if "failed" in i]}
+
     step("versions", versions)
-    if "--models-only" in sys.argv:
+    if "--synth-only" in sys.argv:
+        step("synth", synth)
+    elif "--sweep-only" in sys.argv:
+        step("sweep", sweep)
+    elif "--models-only" in sys.argv:
         step("models", models)
     else:
         if "--bench-only" not in sys.argv and "--attention-only" not in sys.argv:

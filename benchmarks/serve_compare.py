@@ -9,6 +9,9 @@ concurrency level, and stopped before the next one starts, so no two servers sha
              the Q8_0 tensors of the plain preset), --quantization-encoding q4_0
   llama.cpp  `llama-server` on the GGUF, started per level with one slot per stream (-np = level), with
              the best flags of this host's sweep (python -m benchmarks.llamacpp_sweep) where one was run
+On a GPU (`device="gpu"`) with a Hugging Face folder (e.g. benchmarks/synth_model.py's Llama-3-8B shape):
+  crucible   `crucible serve --devices gpu` on the folder (bf16: the GPU default)
+  max        `max serve --devices gpu` on the same folder (its default encoding, bf16)
 Every system runs `reps` times, in an order shuffled per rep (seeded, recorded). A target is MET only
 when it holds for our worst rep against the baseline's best; a system whose server fails to start or
 whose requests fail drops out of later reps and its targets print FAILED with its own error line.
@@ -52,6 +55,8 @@ class ServeCompareConfig:
         build_llama_cpp: Build llama.cpp if it is not cached.
         reps: Runs of every system (each starts its server afresh).
         seed: Seeds the order of the systems in each rep.
+        device: "cpu" or "gpu" (crucible and max only).
+        kv_cache_gib: Crucible's KV cache (an 8B model at 64 streams needs several GiB).
     """
 
     model: str = DEFAULT_MODEL
@@ -63,11 +68,17 @@ class ServeCompareConfig:
     build_llama_cpp: bool = False
     reps: int = 3
     seed: int = 0
+    device: str = "cpu"
+    kv_cache_gib: float = 1.0
 
     def __post_init__(self) -> None:
         unknown = set(self.systems) - set(SERVE_SYSTEMS)
         if unknown:
             raise ValueError(f"unknown systems {sorted(unknown)}; choose from {', '.join(SERVE_SYSTEMS)}")
+        if self.device not in ("cpu", "gpu"):
+            raise ValueError(f"device must be cpu or gpu, got {self.device!r}")
+        if self.device == "gpu" and set(self.systems) - {"crucible", "max"}:
+            raise ValueError("on a GPU the systems are crucible and max (llama.cpp here is a CPU build)")
         if not self.levels or min(self.levels) < 1:
             raise ValueError("levels must be positive")
         if self.reps < 1:
@@ -119,7 +130,7 @@ def run_system(system: str, cfg: ServeCompareConfig, source, log_dir: Path, rep:
 
         # Prefix caching off, as for max serve below: every system computes every prompt.
         server = start_server(str(source.path), "--max-batch-size", str(top), "--max-queue", str(4 * top),
-                              "--no-prefix-caching")
+                              "--no-prefix-caching", "--devices", cfg.device, "--kv-cache-gib", str(cfg.kv_cache_gib))
         try:
             # Generation responses carry the kernel build header (/v1/models does not).
             served = _served_id(server.base_url)
@@ -155,9 +166,13 @@ def _run_max(system: str, cfg: ServeCompareConfig, source, log_path: Path, run, 
     from crucible.export import export_hf_float32
     from crucible.max_cli import MaxCliError, start_max_serve
 
-    folder = export_hf_float32(source, log=log)
     extra: tuple[str, ...] = ("--max-batch-size", str(max(cfg.levels)), "--no-enable-prefix-caching")
-    info = {"kernels": "MAX built-in Llama pipeline", "weights": f"float32 export of {source.path.name}"}
+    if source.format == "hf":  # the folder as it is, in MAX's default encoding for it on the device
+        folder = source.path
+        info = {"kernels": "MAX built-in Llama pipeline", "weights": f"{source.path.name} as stored"}
+    else:
+        folder = export_hf_float32(source, log=log)
+        info = {"kernels": "MAX built-in Llama pipeline", "weights": f"float32 export of {source.path.name}"}
     if system == "max-q4_0":
         from benchmarks.llamacpp import ensure_built, pure_q4_0
 
@@ -165,7 +180,7 @@ def _run_max(system: str, cfg: ServeCompareConfig, source, log_path: Path, run, 
         extra += ("--weight-path", str(q4_0), "--quantization-encoding", "q4_0")
         info["weights"] = f"llama-quantize --pure Q4_0 of {source.path.name} ({q4_0.name})"
     try:
-        server = start_max_serve(folder, log_path, custom=False, extra=extra)
+        server = start_max_serve(folder, log_path, custom=False, extra=extra, devices=cfg.device)
     except MaxCliError as exc:
         raise ServeFailed(max_error_line(log_path.read_text() if log_path.is_file() else str(exc))) from exc
     try:
@@ -300,7 +315,10 @@ def write_compare(results: dict[str, list[LoadResult]], info: dict, targets: lis
             "summary": {s: {str(level): v for level, v in levels.items()} for s, levels in summarize(results).items()},
             "systems": {s: {"results": [asdict(r) for r in rs], **info.get(s, {})} for s, rs in results.items()}}
     write_text_atomic(path, json.dumps(data, indent=1, default=str))
-    plot_serve(json.loads(path.read_text()), path.with_suffix(".png"))
+    try:
+        plot_serve(json.loads(path.read_text()), path.with_suffix(".png"))
+    except ImportError as exc:  # the GPU machine's image may lack matplotlib: the JSON is the record
+        print(f"serve.png not drawn: {exc}")
     return path
 
 

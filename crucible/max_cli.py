@@ -132,7 +132,7 @@ class MaxServer:
 
 
 def start_max_serve(model_path: str | Path, log_path: Path, *, custom: bool = True,
-                    extra: tuple[str, ...] = (), timeout_s: float = 1200) -> MaxServer:
+                    extra: tuple[str, ...] = (), timeout_s: float = 1200, devices: str = "cpu") -> MaxServer:
     """Starts `max serve` on a free loopback port (its metrics endpoint on another) with its log in a
     file, so a full pipe never blocks it, and waits until /health answers.
 
@@ -140,7 +140,7 @@ def start_max_serve(model_path: str | Path, log_path: Path, *, custom: bool = Tr
         MaxCliError: It exited or did not become healthy in time.
     """
     port = free_port()
-    cmd = [max_binary(), "serve", "--model-path", str(model_path), "--devices", "cpu",
+    cmd = [max_binary(), "serve", "--model-path", str(model_path), "--devices", devices,
            "--host", "127.0.0.1", "--port", str(port), *extra]
     if custom:
         cmd += ["--custom-architectures", CUSTOM_ARCHITECTURES]

@@ -7,7 +7,9 @@
 # build/device-models carried: `python -m benchmarks.device_models prepare build/device-models` here
 # (15 MB; add --smollm2 and carry SmolLM2's GGUF apart to include it), and for the serve step the
 # HTTP wheels in .whl/extra (fastapi starlette uvicorn h11 httpx httpcore anyio sniffio, downloaded
-# as below) where the image lacks them.
+# as below) where the image lacks them. The serving sweep against `max serve` on a Llama-3-8B-shaped
+# folder of random bf16 weights: `--synth-only` (writes it to /tmp, ~16 GB), then `--sweep-only` in the
+# next call while the machine is warm (a fresh machine writes it again first).
 # Procedure (2026-12-04, second session): after stage-max.sh (with pydantic, below), run
 # scripts/stage_trim.sh to get two parts; move benchmarks/results aside; then, with no pause between them,
 #   call 1: carry part-00, build/kernels-<hash>, .whl/gguf-*.whl:  mkdir -p /tmp/stage && cp .devstage/...part-00 /tmp/stage/
