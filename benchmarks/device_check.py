@@ -113,6 +113,18 @@ def main(out: str) -> int:
         failed = sorted(k for k, v in status.items() if not v["ok"])
         return {"steps": len(status), "failed": failed}
 
+    def qualify_gpu():
+        # `crucible qualify --target gpu` on the tiny Llama (bf16) with its carried reference; the op
+        # grid has its own call (--conformance-only), so the record says it was skipped.
+        from crucible.qualify import QualifyConfig, qualify, write_record
+
+        folder = Path("build/device-models")
+        cfg = QualifyConfig(model=str(folder / "tiny-llama"), target="gpu", conformance=False, e2e_reps=1,
+                            prompt_tokens=128, gen_tokens=32, reference=folder / "tiny-llama.npz")
+        record = qualify(cfg, log=lambda m: print(m, flush=True))
+        write_record(record, out_dir / "qualify")
+        return {"failed": [] if record["parity"]["passed"] else ["parity"], "parity": record["parity"]}
+
     synth_dir = Path("/tmp/synth-llama3-8b")
 
     def synth():
@@ -146,6 +158,7 @@ def main(out: str) -> int:
         step("sweep", sweep)
     elif "--models-only" in sys.argv:
         step("models", models)
+        step("qualify", qualify_gpu)
     else:
         if "--bench-only" not in sys.argv and "--attention-only" not in sys.argv:
             step("conformance", conformance)

@@ -261,8 +261,13 @@ def cmd_qualify(args: argparse.Namespace) -> int:
 
     from crucible.qualify import QualifyConfig, qualify, write_record
 
+    reference = Path(args.reference) if args.reference else None
+    if reference is not None and not reference.is_file():
+        raise FileNotFoundError(f"reference file {reference} does not exist "
+                                "(python -m benchmarks.model_parity MODEL --save-reference FILE writes one)")
     cfg = QualifyConfig(model=args.model, target=args.target, conformance=not args.no_conformance,
-                        e2e_reps=args.reps, prompt_tokens=args.prompt_tokens, gen_tokens=args.gen_tokens)
+                        e2e_reps=args.reps, prompt_tokens=args.prompt_tokens, gen_tokens=args.gen_tokens,
+                        dtype=args.dtype, reference=reference)
     record = qualify(cfg, log=lambda msg: print(msg, flush=True))
     path = write_record(record, Path(args.out))
     print(path.with_suffix(".md").read_text())
@@ -369,6 +374,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reps", type=POSITIVE, default=3, help="throughput repetitions")
     p.add_argument("--prompt-tokens", type=POSITIVE, default=512)
     p.add_argument("--gen-tokens", type=POSITIVE, default=128)
+    p.add_argument("--dtype", choices=list(DTYPES), default="auto", help="auto = float32 on CPU, bfloat16 on GPU")
+    p.add_argument("--reference", default=None,
+                   help="saved transformers reference for parity (benchmarks/model_parity.py --save-reference); "
+                        "needed where transformers does not run, e.g. a GPU machine")
     p.add_argument("--out", default="qualify-out")
     p.set_defaults(func=cmd_qualify)
     bench = sub.add_parser("bench", help="benchmarks: kernels, e2e, serve")

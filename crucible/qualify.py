@@ -2,7 +2,9 @@
 
 A record says what was checked and on what: the version matrix, the kernel build's content hash, the
 op conformance grid's summary, the graph's provenance (which ops are ours, which are MAX's), logits
-parity against transformers, and end-to-end throughput. Everything outside ``run`` (timings, the
+parity against transformers, and end-to-end throughput. On a GPU, where transformers does not run,
+parity reads a reference saved here (`python -m benchmarks.model_parity MODEL --save-reference F`,
+then `--reference F`). Everything outside ``run`` (timings, the
 date) is deterministic, so two runs on one machine give the same record except ``run``; errors are
 rounded to 2 significant digits because torch's CPU reductions may differ in the last bits.
 """
@@ -35,6 +37,9 @@ class QualifyConfig:
         e2e_reps: Repetitions of the batch-1 throughput measurement.
         prompt_tokens: Prefill length of the throughput measurement.
         gen_tokens: Decode length of the throughput measurement.
+        dtype: The model's compute dtype (ModelOptions.dtype: auto = float32 on CPU, bfloat16 on GPU).
+        reference: A saved transformers reference (benchmarks/model_parity.py) instead of running
+            transformers; needed on a GPU machine without it.
     """
 
     model: str = DEFAULT_MODEL
@@ -43,6 +48,8 @@ class QualifyConfig:
     e2e_reps: int = 3
     prompt_tokens: int = 512
     gen_tokens: int = 128
+    dtype: str = "auto"
+    reference: Path | None = None
 
     def __post_init__(self) -> None:
         if self.target not in ("cpu", "gpu"):
@@ -115,29 +122,46 @@ def parity_record(model, source) -> dict:
             "passed": diff <= bound and top1 == 1.0, "reference": "transformers float32 CPU"}
 
 
+def saved_parity_record(model, reference: Path) -> dict:
+    """Logits and greedy tokens against a saved transformers reference, with model_parity's bounds for
+    the model's dtype (float32: 1e-4 of max |logit| and every top-1; bfloat16: 5e-2, provisional until
+    measured on a GPU, and 90% of top-1)."""
+    from benchmarks.model_parity import compare, load_reference
+
+    rows = load_reference(reference)
+    bf16 = model.options.compute_dtype == "bfloat16"
+    ratio_bound, top1 = (5e-2, 0.9) if bf16 else (1e-4, 1.0)
+    passed, out = compare(model, rows, ratio_bound, top1)
+    scale = max(r.max_abs for r in rows)
+    return {"prompt": rows[0].prompt, "positions": sum(o["positions"] for o in out),
+            "max_abs_logit_diff": _sig(max(o["max_abs_diff"] for o in out)), "max_abs_logit": _sig(scale),
+            "bound": _sig(ratio_bound * scale), "top1_agreement": min(o["top1_agreement"] for o in out),
+            "greedy_identical": all(o["greedy_identical"] for o in out), "prompts": len(rows),
+            "passed": passed, "reference": f"saved transformers float32 logits ({reference.name}, "
+                                           f"{out[0]['compared_ids']} vocab ids per position)"}
+
+
 def qualify(cfg: QualifyConfig, log=print) -> dict:
     """Builds the record (see the module docstring)."""
     from crucible.core.registry import resolve_model
     from crucible.core.tokenizer import load_tokenizer
     from crucible.core.versions import version_matrix
-    from graphs.model import CrucibleModel
+    from graphs.model import CrucibleModel, ModelOptions
     from pipelines.throughput import batch1_engine, chat_prompt_of_length, time_batch1
 
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     timings: dict[str, object] = {}
-    if cfg.target != "cpu":
-        raise NotImplementedError("qualify runs the model on CPU only so far (the GPU graph path is "
-                                  "untested); the GPU op grid runs through scripts/device_check.sh")
     log(f"loading {cfg.model} ...")
     t = time.perf_counter()
     source = resolve_model(cfg.model)
-    model = CrucibleModel(source)
+    model = CrucibleModel(source, ModelOptions(device=cfg.target, dtype=cfg.dtype))
     timings["model_load_s"] = round(time.perf_counter() - t, 2)
     record: dict[str, object] = {
         "record_version": RECORD_VERSION,
         "model": {"name": source.name, "format": source.format, "path": str(source.path),
                   "bytes": source.size_bytes, "sha256": _file_sha256(source.path)},
         "target": cfg.target,
+        "dtype": model.options.compute_dtype,
         "versions": version_matrix(cfg.target),
         "kernel_build": model.provenance["kernel_build"],
     }
@@ -149,7 +173,7 @@ def qualify(cfg: QualifyConfig, log=print) -> dict:
         record["conformance"] = {"skipped": "--no-conformance was given: this record qualifies no op"}
     record["provenance"] = provenance_record(model)
     log("logits parity against transformers ...")
-    record["parity"] = parity_record(model, source)
+    record["parity"] = saved_parity_record(model, cfg.reference) if cfg.reference else parity_record(model, source)
     log("batch-1 throughput ...")
     tokenizer = load_tokenizer(source)
     _, ids = chat_prompt_of_length(tokenizer, cfg.prompt_tokens)
@@ -172,7 +196,7 @@ def to_markdown(record: dict) -> str:
     """The record as a short human-readable report."""
     v, m = record["versions"], record["model"]
     conf = record["conformance"]
-    lines = [f"# Qualification: {m['name']} on {record['target']}", "",
+    lines = [f"# Qualification: {m['name']} on {record['target']} ({record.get('dtype', 'float32')})", "",
              f"**Qualified: {'yes' if record['qualified'] else 'NO'}**", "",
              f"- model: `{m['path']}` ({m['format']}, {m['bytes']} bytes, sha256 `{m['sha256'][:16]}...`)",
              f"- kernel build: `{record['kernel_build']}`",
@@ -199,7 +223,7 @@ def to_markdown(record: dict) -> str:
     lines += ["", "## Logits parity against transformers",
               f"{par['positions']} positions of \"{par['prompt']}\": max |diff| {par['max_abs_logit_diff']} "
               f"(bound {par['bound']}, logits up to {par['max_abs_logit']}), top-1 agreement "
-              f"{par['top1_agreement']:.0%}: {'passed' if par['passed'] else 'FAILED'}"]
+              f"{par['top1_agreement']:.0%}: {'passed' if par['passed'] else 'FAILED'} (reference: {par['reference']})"]
     e2e, t = record["e2e"], record["run"]["timings"]["e2e"]
     lines += ["", "## Throughput (batch 1; varies run to run)",
               f"prefill {e2e['prompt_tokens']} tokens: {t['prefill_tok_s_median']} tok/s; decode "

@@ -53,6 +53,7 @@ def odd_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     ("bad number", ["serve", "--kv-cache-gib", "lots"], "--kv-cache-gib"),
     ("bad choice", ["serve", "--activations", "q2"], "--activations"),
     ("bf16 on cpu", ["serve", "--dtype", "bfloat16"], "GPU only"),
+    ("no reference", ["qualify", "--reference", "/no/such/ref.npz"], "does not exist"),
     ("bad dtype", ["batch", "in.jsonl", "out.jsonl", "--dtype", "fp8"], "--dtype"),
     ("unknown flag", ["models", "--colour"], "--colour"),
 ])
