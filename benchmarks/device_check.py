@@ -140,9 +140,12 @@ def main(out: str) -> int:
         from crucible.core.registry import resolve_model
 
         synth()
-        cfg = ServeCompareConfig(model=str(synth_dir), systems=("crucible", "max"), levels=(1, 16, 64),
-                                 max_requests=64, max_seconds=60, max_tokens=128, reps=1, device="gpu",
-                                 kv_cache_gib=16.0)
+        # A call runs at most 600 s: two 16 GB loads and compiles, then 3 levels of at most 30 s each per
+        # system. `--sweep-only max` or `--sweep-only crucible` runs one system, should both not fit.
+        only = [a for a in sys.argv if a in ("crucible", "max")]
+        cfg = ServeCompareConfig(model=str(synth_dir), systems=tuple(only) or ("crucible", "max"),
+                                 levels=(1, 16, 64), max_requests=64, max_seconds=30, max_tokens=128, reps=1,
+                                 device="gpu", kv_cache_gib=16.0)
         serve_dir = out_dir / "serve"
         serve_dir.mkdir(parents=True, exist_ok=True)
         results, info = run_compare(cfg, resolve_model(str(synth_dir)), serve_dir, log=lambda m: print(m, flush=True))

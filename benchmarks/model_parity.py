@@ -55,6 +55,7 @@ class RefRow:
         logits: [positions, C] (or [positions, vocab]) float32 logits of prompt_ids + greedy.
         top1: [positions] the full row's argmax.
         max_abs: The full rows' max |logit|.
+        vocab: The reference model's vocabulary size (a saved reference is checked against the model).
     """
 
     prompt: str
@@ -65,6 +66,7 @@ class RefRow:
     logits: np.ndarray
     top1: np.ndarray
     max_abs: float
+    vocab: int | None = None
 
 
 def reference_rows(model_name: str, tokens: int) -> list[RefRow]:
@@ -78,7 +80,7 @@ def reference_rows(model_name: str, tokens: int) -> list[RefRow]:
         cont = ref.greedy(ids, tokens)
         logits = ref.logits(ids + cont.token_ids).astype(np.float32)
         rows.append(RefRow(prompt, list(ids), list(cont.token_ids), cont.text, None, logits,
-                           logits.argmax(-1), float(np.abs(logits).max())))
+                           logits.argmax(-1), float(np.abs(logits).max()), int(logits.shape[1])))
     return rows
 
 
@@ -95,7 +97,7 @@ def save_reference(rows: list[RefRow], path: Path, seed: int = 0) -> None:
         arrays[f"logits{i}"] = np.take_along_axis(r.logits, cols, axis=1)
         arrays[f"top1_{i}"] = r.top1.astype(np.int32)
         meta.append({"prompt": r.prompt, "prompt_ids": r.prompt_ids, "greedy": r.greedy, "text": r.text,
-                     "max_abs": r.max_abs})
+                     "max_abs": r.max_abs, "vocab": int(vocab)})
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp.npz")
     np.savez_compressed(tmp, meta=np.array(json.dumps(meta)), **arrays)
@@ -107,7 +109,7 @@ def load_reference(path: Path) -> list[RefRow]:
     with np.load(path) as z:
         meta = json.loads(str(z["meta"]))
         return [RefRow(m["prompt"], m["prompt_ids"], m["greedy"], m["text"], z[f"cols{i}"], z[f"logits{i}"],
-                       z[f"top1_{i}"], m["max_abs"]) for i, m in enumerate(meta)]
+                       z[f"top1_{i}"], m["max_abs"], m.get("vocab")) for i, m in enumerate(meta)]
 
 
 def compare(model, rows: list[RefRow], bound: float, top1_fraction: float) -> tuple[bool, list[dict]]:
@@ -126,6 +128,9 @@ def compare(model, rows: list[RefRow], bound: float, top1_fraction: float) -> tu
 
     out = []
     for r in rows:
+        if r.vocab is not None and r.vocab != model.config.vocab_size:
+            raise ValueError(f"the reference is of a model with {r.vocab} vocabulary entries, this one has "
+                             f"{model.config.vocab_size}: a reference of another model")
         seq = r.prompt_ids + r.greedy
         start = time.perf_counter()
         ours = full_logits(model, seq)

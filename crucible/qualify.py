@@ -114,12 +114,14 @@ def parity_record(model, source) -> dict:
     diff = float(np.abs(ours - theirs).max())
     scale = float(np.abs(theirs).max())
     # Both sides read the same (dequantized) weights in float32; the bound covers float32 reordering
-    # over a 30-layer model, scaled by the logit magnitude.
-    bound = 1e-3 + 1e-5 * scale
+    # over a 30-layer model, scaled by the logit magnitude. A bfloat16 model gets model_parity's bf16
+    # bound (5e-2 of max |logit|, 90% top-1; provisional until measured on a GPU).
+    bf16 = model.options.compute_dtype == "bfloat16"
+    bound, need_top1 = (5e-2 * scale, 0.9) if bf16 else (1e-3 + 1e-5 * scale, 1.0)
     top1 = float((ours.argmax(-1) == theirs.argmax(-1)).mean())
     return {"prompt": PARITY_PROMPT, "positions": len(ids), "max_abs_logit_diff": _sig(diff),
             "max_abs_logit": _sig(scale), "bound": _sig(bound), "top1_agreement": top1,
-            "passed": diff <= bound and top1 == 1.0, "reference": "transformers float32 CPU"}
+            "passed": diff <= bound and top1 >= need_top1, "reference": "transformers float32 CPU"}
 
 
 def saved_parity_record(model, reference: Path) -> dict:

@@ -50,12 +50,12 @@ class ModelOptions:
     dtype: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.device not in ("cpu", "gpu"):
+            raise ValueError(f"device must be cpu or gpu, got {self.device!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.compute_dtype == "bfloat16" and self.device != "gpu":
             raise ValueError("dtype='bfloat16' runs on GPU only; the CPU kernels compute in float32")
-        if self.device not in ("cpu", "gpu"):
-            raise ValueError(f"device must be cpu or gpu, got {self.device!r}")
         if self.page_size % 128 or self.page_size <= 0:
             raise ValueError("page_size must be a positive multiple of 128")
         if self.activations not in ("f32", "q8"):

@@ -25,7 +25,7 @@ import numpy as np
 from crucible.core.bf16 import bf16_bits, bf16_to_f32
 from crucible.core.registry import ModelSource
 from graphs.config import ModelConfig, UnsupportedModelError
-from graphs.safetensors_file import RawTensor, read_safetensors
+from graphs.safetensors_file import RawTensor, array_of, read_safetensors
 
 FloatForm = Literal["f32", "bf16"]
 
@@ -180,7 +180,8 @@ def load_hf_weights(folder: Path, cfg: ModelConfig, form: FloatForm = "f32") -> 
     def raw(name: str) -> RawTensor:
         if name not in tensors:
             raise UnsupportedModelError(f"weight {name!r} is missing from {folder}")
-        return tensors[name]
+        t = tensors[name]
+        return RawTensor(t.dtype, array_of(name, t, folder))
 
     def as_f32(t: RawTensor) -> np.ndarray:
         return np.ascontiguousarray(bf16_to_f32(t.array) if t.dtype == "BF16" else np.array(t.array, dtype=np.float32))
@@ -193,7 +194,7 @@ def load_hf_weights(folder: Path, cfg: ModelConfig, form: FloatForm = "f32") -> 
 
     def linear(name: str, bias: str | None) -> Linear:
         t = raw(name)
-        b = as_f32(tensors[bias]) if bias is not None and bias in tensors else None
+        b = as_f32(raw(bias)) if bias is not None and bias in tensors else None
         return float_linear(t.array, form, b, bf16_bits_given=t.dtype == "BF16")
 
     def get_linear(layer: int | None, key: str) -> Linear:

@@ -122,7 +122,8 @@ def _load(state: ServerState, engine=None) -> None:
         fallbacks = ",".join(prov["hot_path_fallbacks"]) or "none"
         state.model_name = name
         act = "" if prov["activations"] == "f32" else f"-{prov['activations']}"
-        state.fingerprint = f"crucible-{prov['kernel_build']}-{prov['device']}{act}"
+        dt = "" if prov["dtype"] == "float32" else f"-{prov['dtype']}"
+        state.fingerprint = f"crucible-{prov['kernel_build']}-{prov['device']}{dt}{act}"
         state.kernels_header = (f"build={prov['kernel_build']}; device={prov['device']}; dtype={prov['dtype']}; ops=crucible; "
                                 f"activations={prov['activations']}; fallbacks={fallbacks}")
         print(f"[crucible] {engine.model.load_line()}", file=sys.stderr)

@@ -60,3 +60,12 @@ def test_control_a_moved_reference_fails(prepared: Path) -> None:
     model = CrucibleModel(str(prepared / "tiny-llama"))
     passed, out = P.compare(model, [replace(rows[0], logits=moved)], 1e-4, 1.0)
     assert not passed and out[0]["ratio"] >= 0.01 * 0.99
+
+
+def test_a_reference_of_another_model_is_refused(prepared: Path) -> None:
+    from graphs.model import CrucibleModel
+
+    rows = P.load_reference(prepared / "tiny-qwen2-bf16.npz")  # vocab 411, against the Llama's 397
+    model = CrucibleModel(str(prepared / "tiny-llama"))
+    with pytest.raises(ValueError, match="another model"):
+        P.compare(model, rows, 1e-4, 1.0)

@@ -20,7 +20,9 @@ def bf16_bits(a: np.ndarray) -> np.ndarray:
     """
     bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    return rounded.astype(np.uint16)
+    # NaNs stay NaN (quiet), with their sign: rounding would carry a payload into Inf or wrap to 0.
+    nan = (bits & 0x7FFFFFFF) > 0x7F800000
+    return np.where(nan, (bits >> 16) | 0x40, rounded).astype(np.uint16)
 
 
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:

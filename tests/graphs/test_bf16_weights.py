@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from crucible.core.bf16 import bf16_bits, bf16_to_f32, round_bf16
+from crucible.core.bf16 import bf16_bits, bf16_to_f32
 from crucible.core.registry import resolve_model
 from graphs.config import load_config
 from graphs.model import ModelOptions
@@ -63,8 +63,10 @@ def test_float32_files_round_to_nearest_bf16(tiny_models) -> None:
     bf16 = load_weights(source, load_config(source), "bf16")
     a, b = f32.layers[1].down, bf16.layers[1].down
     assert b.qtype == "bf16" and b.data.shape == (a.n_out, 2 * a.k_in) and b.data.dtype == np.uint8
+    import torch
+
     widened = bf16_to_f32(b.data.view(np.uint16))
-    assert np.array_equal(widened, round_bf16(a.data))
+    assert np.array_equal(widened, torch.from_numpy(a.data).to(torch.bfloat16).float().numpy())
     # Control: truncating instead of rounding changes some values, so the check above can fail.
     truncated = bf16_to_f32((a.data.view(np.uint32) >> 16).astype(np.uint16))
     assert not np.array_equal(widened, truncated)
@@ -85,3 +87,36 @@ def test_model_options_resolve_the_dtype() -> None:
         ModelOptions(dtype="bfloat16")
     with pytest.raises(ValueError, match="dtype must be"):
         ModelOptions(dtype="fp8")
+
+
+def test_nan_and_inf_survive_the_rounding() -> None:
+    bits = np.array([0x7F800001, 0xFFFFFFFF, 0x7F800000, 0xFF800000, 0x7F7FFFFF], dtype=np.uint32)
+    out = bf16_to_f32(bf16_bits(bits.view(np.float32)))
+    assert np.isnan(out[0]) and np.isnan(out[1]) and np.signbit(out[1])
+    assert out[2] == np.inf and out[3] == -np.inf and out[4] == np.inf  # the largest float32 rounds up
+
+
+def test_malformed_safetensors_are_named_errors(tmp_path) -> None:
+    import json
+    import struct
+
+    from graphs.config import UnsupportedModelError
+
+    def write(name: str, header: object, body: bytes = b"") -> object:
+        blob = json.dumps(header).encode()
+        path = tmp_path / name
+        path.write_bytes(struct.pack("<Q", len(blob)) + blob + body)
+        return path
+
+    (tmp_path / "empty.safetensors").write_bytes(b"")
+    with pytest.raises(UnsupportedModelError, match="not a safetensors file"):
+        read_safetensors(tmp_path / "empty.safetensors")
+    with pytest.raises(UnsupportedModelError, match="unreadable"):
+        read_safetensors(write("list.safetensors", [1, 2]))
+    short = {"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}
+    with pytest.raises(UnsupportedModelError, match="byte range"):
+        read_safetensors(write("short.safetensors", short, b"\0" * 8))
+    odd = {"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+           "fp8": {"dtype": "F8_E4M3", "shape": [2], "data_offsets": [8, 10]}}
+    tensors = read_safetensors(write("odd.safetensors", odd, b"\0" * 10))
+    assert tensors["w"].array.tolist() == [0.0, 0.0] and tensors["fp8"].array is None  # unread until used

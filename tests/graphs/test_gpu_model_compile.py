@@ -1,8 +1,8 @@
 """Whole decoder graphs compile for the GPUs we serve on, in virtual device mode (no GPU needed).
 
 Built exactly as `crucible serve --devices gpu` builds them (CrucibleModel on the accelerator): the tiny
-Llama in float32, the tiny Qwen2 from bf16 safetensors and the tiny Gemma 3 (sliding windows, q/k norms)
-in bfloat16, and SmolLM2's GGUF in bfloat16 (its blocks stay blocks, read by qmatmul with bf16
+Llama in float32 and from bf16 safetensors in bfloat16 (its untied head), the tiny Qwen2 from bf16
+safetensors and the tiny Gemma 3 (sliding windows, q/k norms) in bfloat16, and SmolLM2's GGUF in bfloat16 (its blocks stay blocks, read by qmatmul with bf16
 activations). sm_90a is the H100/H200 target, sm_80 the A100. Numerics are checked on a GPU by the
 device check; here the graphs and every kernel in them must code-generate for each architecture.
 """
@@ -22,7 +22,8 @@ from crucible.core.proc import child_env
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 def test_decoders_compile_for_the_gpu(tiny_models, arch: str) -> None:
     specs = [(str(tiny_models["llama"].hf), "float32"), (str(tiny_models["qwen2"].hf_bf16), "bfloat16"),
-             (str(tiny_models["gemma3"].hf), "bfloat16"), ("smollm2-135m", "bfloat16")]
+             (str(tiny_models["gemma3"].hf), "bfloat16"), ("smollm2-135m", "bfloat16"),
+             (str(tiny_models["llama"].hf_bf16), "bfloat16")]
     proc = subprocess.run(
         [sys.executable, "-m", "crucible.conformance.gpu_model_compile", "--api", "cuda", "--arch", arch,
          *(f"{m}:{d}" for m, d in specs)],
@@ -36,9 +37,11 @@ def test_decoders_compile_for_the_gpu(tiny_models, arch: str) -> None:
         assert m["kv_cache_dtype"] == f"DType.{dtype}", m
         ops = m["ops"]
         assert ops.get("crucible:crucible.attention_paged", 0) > 0 and ops.get("crucible:crucible.embedding") == 1
-    llama, qwen2, gemma3, smollm2 = (m["ops"] for m in report["models"])
+    llama, qwen2, gemma3, smollm2, llama_bf16 = (m["ops"] for m in report["models"])
     # HF float weights go through crucible.matmul (bf16 tensors in the bf16 graphs); the one qmatmul
     # of a bf16 HF graph is the tied head reading bf16 bytes with float32 activations (float32 logits).
     assert qwen2["crucible:crucible.qmatmul"] == 1 and qwen2["crucible:crucible.matmul"] > 0
     assert "crucible:crucible.qmatmul" not in llama
     assert "crucible:crucible.matmul" not in smollm2 and smollm2["crucible:crucible.qmatmul"] > 0
+    # The untied bf16 head is its own weight, bound as bytes for the float32-logits qmatmul.
+    assert llama_bf16["crucible:crucible.qmatmul"] == 1 and llama_bf16["crucible:crucible.matmul"] == 8
