@@ -83,15 +83,39 @@ def cmd_batch(args: argparse.Namespace) -> int:
     in_path, out_path = Path(args.input), Path(args.output)
     if not in_path.is_file():
         raise FileNotFoundError(f"input file {in_path} does not exist")
-    gen = Generator(args.model, device=args.device, max_batch_size=args.max_batch_size,
-                    activations=args.activations, dtype=args.dtype)
-    print(f"[crucible] {gen.engine.model.load_line()}", file=sys.stderr)
-    s = run_batch(gen, in_path, out_path, raw=args.raw)
+    settings = {"device": args.device, "max_batch_size": args.max_batch_size, "activations": args.activations,
+                "dtype": args.dtype}
+    if args.ray is not None:
+        s = _ray_batch(args, in_path, out_path, settings)
+    else:
+        gen = Generator(args.model, **settings)
+        print(f"[crucible] {gen.engine.model.load_line()}", file=sys.stderr)
+        s = run_batch(gen, in_path, out_path, raw=args.raw)
     print(f"[batch] {s.completed} rows generated, {s.errors} errors, {s.skipped} already done; "
           f"{s.completion_tokens} tokens in {s.seconds:.1f}s "
           f"({s.completion_tokens / max(s.seconds, 1e-9):.1f} output tok/s) -> {out_path}", file=sys.stderr)
     # 1 when any row failed: its record in the output says why; the other rows were generated.
     return 1 if s.errors else 0
+
+
+def _ray_batch(args: argparse.Namespace, in_path, out_path, settings: dict):
+    """The batch on a Ray actor pool (pipelines/ray_batch.py); Ray is imported only here."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise ValueError("--ray needs Ray: pip install '.[ray]' (or pip install 'ray[data]')") from None
+    from pipelines.ray_batch import RayBatchConfig, run_ray_batch
+
+    address = None if args.ray == "local" else args.ray
+    cfg = RayBatchConfig(address=address, replicas=args.replicas, cpus_per_replica=args.cpus_per_replica,
+                         gpus_per_replica=args.gpus_per_replica)
+    if args.device == "gpu" and cfg.gpus_per_replica == 0:
+        cfg = RayBatchConfig(address=address, replicas=args.replicas, cpus_per_replica=args.cpus_per_replica,
+                             gpus_per_replica=1.0)
+    print(f"[crucible] Ray: {cfg.replicas} replicas of {args.model}, {cfg.cpus_per_replica:g} CPUs"
+          f"{f' and {cfg.gpus_per_replica:g} GPUs' if cfg.gpus_per_replica else ''} each, on "
+          f"{address or 'a local cluster'}", file=sys.stderr)
+    return run_ray_batch(args.model, in_path, out_path, cfg, settings, raw=args.raw)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -305,6 +329,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a number >= 0")
+    return value
+
+
 POSITIVE = _bounded_int(1)
 PORT = _bounded_int(1, 65535)
 
@@ -365,6 +399,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=list(DTYPES), default="auto",
                    help="compute dtype: auto = float32 on CPU, bfloat16 on GPU (bf16 weights, activations and KV "
                         "cache; GGUF blocks stay blocks); bfloat16 needs a GPU")
+    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="run on Ray Data: a local cluster, or the one at ADDRESS ('auto', 'ray://host:10001')")
+    p.add_argument("--replicas", type=POSITIVE, default=1, help="with --ray: actors, each holding one model")
+    p.add_argument("--cpus-per-replica", type=_positive_float, default=1.0, help="with --ray: CPUs per actor")
+    p.add_argument("--gpus-per-replica", type=_non_negative_float, default=0.0,
+                   help="with --ray: GPUs per actor (default 1 with --device gpu)")
     p.set_defaults(func=cmd_batch)
 
     p = sub.add_parser("qualify", help="qualification record of a model on a target (JSON + Markdown)")

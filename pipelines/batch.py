@@ -21,7 +21,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -157,38 +157,35 @@ class BatchSummary:
     seconds: float = 0.0
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
+def input_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, line) of every non-blank input line."""
     with path.open("r", encoding="utf-8") as f:
         for i, line in enumerate(f, start=1):
             if line.strip():
                 yield i, line
 
 
-def run_batch(generator: Generator, in_path: Path, out_path: Path, window: int = 256,
-              raw: bool = False, progress: TextIO | None = sys.stderr) -> BatchSummary:
-    """Generates for every row of in_path not yet in out_path, appending results to out_path.
-
-    Rows stream through the engine: up to `window` are in flight, each result is written the moment
-    its request finishes, and new rows are submitted as others complete.
+def generate_rows(generator: Generator, rows: Iterable[tuple[int, str]], on_record: Callable[[dict], None],
+                  skip: frozenset[str] | set[str] = frozenset(), window: int = 256, raw: bool = False,
+                  summary: BatchSummary | None = None, tick: Callable[[], None] | None = None) -> BatchSummary:
+    """Runs input lines through the engine, handing each row's record to `on_record` the moment it is
+    complete (error rows at once). The one row loop of `run_batch` and of the Ray replicas.
 
     Args:
         generator: A loaded Generator (its engine batches the rows).
-        in_path: JSONL input.
-        out_path: JSONL output (created or appended to).
+        rows: (line number, line) pairs.
+        on_record: Receives each output record.
+        skip: Row ids already done (counted, not run).
         window: Rows in flight at most.
         raw: Treat "prompt" strings as raw text to continue instead of a user chat message.
-        progress: Where the progress line goes (None: silent).
+        summary: Counts to add to (a new one if None).
+        tick: Called after every engine step (progress).
 
     Returns:
-        Counts and timing.
+        The summary.
     """
     engine = generator.engine
-    summary = BatchSummary()
-    skip = done_ids(out_path)
-    rows = list(_lines(in_path))
-    summary.total_rows = len(rows)
-    out = JsonlAppender(out_path)
-    start = last_report = time.perf_counter()
+    summary = summary or BatchSummary()
     in_flight: dict[str, _RowRun] = {}  # engine request id -> its row
     todo = iter(rows)
     exhausted = False
@@ -210,7 +207,7 @@ def run_batch(generator: Generator, in_path: Path, out_path: Path, window: int =
                     except Exception as exc:  # noqa: BLE001 - too long for the context, bad ids, ...
                         row = BatchRow(row.row_id, error=str(exc))
                 if run is None:
-                    out.write({"id": row.row_id, "error": row.error})
+                    on_record({"id": row.row_id, "error": row.error})
                     summary.errors += 1
                     continue
                 for r in run.requests:
@@ -229,27 +226,63 @@ def run_batch(generator: Generator, in_path: Path, out_path: Path, window: int =
                 if len(run.outputs) < len(run.requests):
                     continue
                 record = run.record()
-                out.write(record)
+                on_record(record)
                 summary.completion_tokens += sum(o.completion_tokens for o in run.outputs.values())
                 if "error" in record:
                     summary.errors += 1
                 else:
                     summary.completed += 1
-            if time.perf_counter() - last_report > 0.5:
-                _report(progress, summary, start)
-                last_report = time.perf_counter()
+            if tick is not None:
+                tick()
     finally:
         for rid in in_flight:  # interrupted: free the engine's pages; rows stay undone for a rerun
             engine.abort(rid)
+    return summary
+
+
+def run_batch(generator: Generator, in_path: Path, out_path: Path, window: int = 256,
+              raw: bool = False, progress: TextIO | None = sys.stderr) -> BatchSummary:
+    """Generates for every row of in_path not yet in out_path, appending results to out_path.
+
+    Rows stream through the engine: up to `window` are in flight, each result is written the moment
+    its request finishes, and new rows are submitted as others complete.
+
+    Args:
+        generator: A loaded Generator (its engine batches the rows).
+        in_path: JSONL input.
+        out_path: JSONL output (created or appended to).
+        window: Rows in flight at most.
+        raw: Treat "prompt" strings as raw text to continue instead of a user chat message.
+        progress: Where the progress line goes (None: silent).
+
+    Returns:
+        Counts and timing.
+    """
+    summary = BatchSummary()
+    skip = done_ids(out_path)
+    rows = list(input_lines(in_path))
+    summary.total_rows = len(rows)
+    out = JsonlAppender(out_path)
+    start = time.perf_counter()
+    last_report = [start]
+
+    def tick() -> None:
+        if time.perf_counter() - last_report[0] > 0.5:
+            report_progress(progress, summary, start)
+            last_report[0] = time.perf_counter()
+
+    try:
+        generate_rows(generator, rows, out.write, skip, window, raw, summary, tick)
+    finally:
         out.close()
         summary.seconds = time.perf_counter() - start
     if progress is not None:
-        _report(progress, summary, start)
+        report_progress(progress, summary, start)
         progress.write("\n")
     return summary
 
 
-def _report(stream: TextIO | None, s: BatchSummary, start: float) -> None:
+def report_progress(stream: TextIO | None, s: BatchSummary, start: float) -> None:
     if stream is None:
         return
     elapsed = time.perf_counter() - start
