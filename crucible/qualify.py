@@ -128,7 +128,7 @@ def saved_parity_record(model, reference: Path) -> dict:
     """Logits and greedy tokens against a saved transformers reference, with model_parity's bounds for
     the model's dtype (float32: 1e-4 of max |logit| and every top-1; bfloat16: 5e-2, provisional until
     measured on a GPU, and 90% of top-1)."""
-    from benchmarks.model_parity import compare, load_reference
+    from crucible.parity_reference import compare, load_reference
 
     rows = load_reference(reference)
     bf16 = model.options.compute_dtype == "bfloat16"

@@ -15,7 +15,7 @@ LAYERS = [  # (module prefix, rank); the longest matching prefix decides
     ("crucible.core", 0), ("crucible", 0),  # crucible/__init__.py holds only the version
     ("graphs", 1), ("pipelines", 2), ("serve", 3),
     ("crucible.qualify", 4), ("crucible.conformance", 4), ("crucible.reference", 4), ("crucible.export", 4),
-    ("crucible.max_cli", 4),
+    ("crucible.max_cli", 4), ("crucible.parity_reference", 4),
     ("benchmarks", 5), ("crucible.cli", 6),
 ]
 PRODUCT = ("crucible", "graphs", "pipelines", "serve", "benchmarks")
