@@ -1,12 +1,18 @@
-"""Ray batch scaling on one machine: `crucible batch` against `--ray` with 1 and 2 replicas on the same cores.
+"""Ray scaling on one machine, on the same cores: `crucible batch` against `--ray` with 1 and 2 replicas,
+and (`--serve`) `crucible serve` against `--ray` with 1 and 2 replicas behind Ray Serve's proxy.
 
     python -m benchmarks.ray_scaling --rows 48 --max-tokens 32 --reps 2 --out benchmarks/results/<dir>
+    python -m benchmarks.ray_scaling --serve --levels 1,8 --max-requests 16 --max-tokens 64 --out ...
 
-Each configuration runs the same JSONL file into a fresh output, as a child process (its wall time
-includes starting Ray and loading the model in every replica: what a user waits for), in an order
+Batch: each configuration runs the same JSONL file into a fresh output, as a child process (its wall
+time includes starting Ray and loading the model in every replica: what a user waits for), in an order
 rotated per rep. Reported: output tok/s by wall time, and each Ray configuration's ratio to the plain
-batch (its overhead when below 1). On CPUs a replica's MAX runtime uses every core of the machine (26.7
-takes no thread count), so 2 replicas on 2 cores share them rather than split them.
+batch (its overhead when below 1).
+Serve: each configuration is started, warmed up and loaded at each concurrency level by
+benchmarks/serve_load.py (streaming chat requests); reported: output tok/s, TTFT and ITL per level, and
+the ratio of output tok/s to the plain server's. Start-up is not counted.
+On CPUs a replica's MAX runtime uses every core of the machine (26.7 takes no thread count), so 2
+replicas on 2 cores share them rather than split them.
 """
 
 from __future__ import annotations
@@ -24,11 +30,12 @@ from crucible.core.atomic_write import write_text_atomic
 from crucible.core.proc import child_env
 from crucible.core.registry import DEFAULT_MODEL
 
-CONFIGS = {
-    "batch": (),
+RAY_CONFIGS = {
     "ray-1x2cpu": ("--ray", "--replicas", "1", "--cpus-per-replica", "2"),
     "ray-2x1cpu": ("--ray", "--replicas", "2", "--cpus-per-replica", "1"),
 }
+CONFIGS = {"batch": (), **RAY_CONFIGS}
+SERVE_CONFIGS = {"serve": (), **RAY_CONFIGS}
 
 
 def _rows(n: int, max_tokens: int) -> str:
@@ -51,6 +58,64 @@ def run_config(name: str, model: str, rows: Path, work: Path) -> dict:
     return {"seconds": round(seconds, 2), "tokens": tokens, "tok_s": round(tokens / seconds, 2)}
 
 
+def run_serve_config(name: str, model: str, levels: list[int], max_requests: int, max_tokens: int) -> list[dict]:
+    """One configuration's server, started and loaded at every level; its results per level."""
+    import dataclasses
+
+    import httpx
+
+    from benchmarks.serve_load import run_load
+    from serve.launch import start_server, stop_server
+
+    flags = SERVE_CONFIGS[name]
+    server = start_server(model, *flags, "--max-batch-size", str(max(levels)), env={"RAY_AUTH_MODE": "disabled"})
+    try:
+        want = int(flags[flags.index("--replicas") + 1]) if flags else None
+        deadline = time.time() + 300
+        def live() -> int | None:
+            return httpx.get(server.base_url + "/health", timeout=30).json().get("replicas", {}).get("live")
+
+        while want and live() != want:
+            if time.time() > deadline:
+                raise RuntimeError(f"{name}: the replicas did not all report")
+            time.sleep(0.5)
+        served = httpx.get(server.v1 + "/models", timeout=30).json()["data"][0]["id"]
+        return [dataclasses.asdict(r) for r in run_load(server.base_url, served, levels, max_requests, 120.0,
+                                                          max_tokens)]
+    finally:
+        stop_server(server)
+
+
+def serve_main(args: argparse.Namespace) -> int:
+    levels = [int(c) for c in args.levels.split(",")]
+    names = list(SERVE_CONFIGS)
+    runs: dict[str, list[list[dict]]] = {n: [] for n in names}
+    for rep in range(args.reps):
+        for name in names[rep % len(names):] + names[: rep % len(names)]:
+            runs[name].append(run_serve_config(name, args.model, levels, args.max_requests, args.max_tokens))
+            print(f"rep {rep + 1}: {name}: " + ", ".join(f"c={r['concurrency']} {r['output_tok_per_s']:.1f} tok/s "
+                                                         f"({r['errors']} errors)" for r in runs[name][-1]), flush=True)
+    summary: dict[str, dict] = {}
+    for n in names:
+        summary[n] = {}
+        for i, c in enumerate(levels):
+            tok_s = statistics.median(rep[i]["output_tok_per_s"] for rep in runs[n])
+            base = statistics.median(rep[i]["output_tok_per_s"] for rep in runs["serve"])
+            itl = statistics.median(rep[i]["itl_p50_s"] or 0.0 for rep in runs[n])
+            summary[n][str(c)] = {"tok_s_median": round(tok_s, 2), "vs_serve": round(tok_s / base, 3),
+                                  "itl_p50_ms_median": round(itl * 1000, 1)}
+            print(f"{n:<12} c={c:<3} {tok_s:8.1f} output tok/s  ITL p50 {itl * 1000:6.1f} ms  "
+                  f"{tok_s / base:.2f}x plain serve")
+    from crucible.core.versions import version_matrix
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(args.out / "ray-serve-scaling.json", json.dumps(
+        {"model": args.model, "levels": levels, "max_requests": args.max_requests, "max_tokens": args.max_tokens,
+         "reps": args.reps, "runs": runs, "summary": summary, "versions": version_matrix("cpu")}, indent=1,
+        default=str))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=DEFAULT_MODEL)
@@ -58,7 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--out", type=Path, default=Path("bench-out"))
+    p.add_argument("--serve", action="store_true", help="the server's scaling instead of the batch's")
+    p.add_argument("--levels", default="1,8", help="with --serve: concurrency levels")
+    p.add_argument("--max-requests", type=int, default=16, help="with --serve: requests per level at most")
     args = p.parse_args(argv)
+    if args.serve:
+        return serve_main(args)
     names = list(CONFIGS)
     runs: dict[str, list[dict]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory() as tmp:

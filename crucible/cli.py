@@ -85,6 +85,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"input file {in_path} does not exist")
     settings = {"device": args.device, "max_batch_size": args.max_batch_size, "activations": args.activations,
                 "dtype": args.dtype}
+    _ray_sizes(args, args.device == "gpu")  # refuses replica sizes without --ray
     if args.ray is not None:
         s = _ray_batch(args, in_path, out_path, settings)
     else:
@@ -100,21 +101,10 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 def _ray_batch(args: argparse.Namespace, in_path, out_path, settings: dict):
     """The batch on a Ray actor pool (pipelines/ray_batch.py); Ray is imported only here."""
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        raise ValueError("--ray needs Ray: pip install '.[ray]' (or pip install 'ray[data]')") from None
+    address, replicas, cpus, gpus = _ray_plan(args, args.device == "gpu", "data", "Ray Data")
     from pipelines.ray_batch import RayBatchConfig, run_ray_batch
 
-    address = None if args.ray == "local" else args.ray
-    cfg = RayBatchConfig(address=address, replicas=args.replicas, cpus_per_replica=args.cpus_per_replica,
-                         gpus_per_replica=args.gpus_per_replica)
-    if args.device == "gpu" and cfg.gpus_per_replica == 0:
-        cfg = RayBatchConfig(address=address, replicas=args.replicas, cpus_per_replica=args.cpus_per_replica,
-                             gpus_per_replica=1.0)
-    print(f"[crucible] Ray: {cfg.replicas} replicas of {args.model}, {cfg.cpus_per_replica:g} CPUs"
-          f"{f' and {cfg.gpus_per_replica:g} GPUs' if cfg.gpus_per_replica else ''} each, on "
-          f"{address or 'a local cluster'}", file=sys.stderr)
+    cfg = RayBatchConfig(address=address, replicas=replicas, cpus_per_replica=cpus, gpus_per_replica=gpus)
     return run_ray_batch(args.model, in_path, out_path, cfg, settings, raw=args.raw)
 
 
@@ -125,13 +115,43 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from serve.server import run_server
 
     resolve_model(args.model)  # a missing file or unknown name fails here, before the server starts
+    _ray_sizes(args, args.devices == "gpu")  # refuses replica sizes without --ray
     config = ServerConfig(model=args.model, served_name=args.served_model_name, device=args.devices,
                           activations=args.activations, dtype=args.dtype,
                           max_batch_size=args.max_batch_size, max_in_flight=args.max_queue,
                           max_body_bytes=args.max_body_bytes, api_key=args.api_key, kv_cache_gib=args.kv_cache_gib,
                           prefix_caching=args.prefix_caching)
+    if args.ray is not None:
+        return _ray_serve(args, config)
     print(f"[crucible] serving {args.model} on http://{args.host}:{args.port} (loading; GET /health)", file=sys.stderr)
     return run_server(config, host=args.host, port=args.port)
+
+
+def _ray_serve(args: argparse.Namespace, config) -> int:
+    """The server as replicas behind Ray Serve (serve/ray_serve.py); Ray is imported only here."""
+    address, replicas, cpus, gpus = _ray_plan(args, args.devices == "gpu", "serve", "Ray Serve")
+    from serve.ray_serve import RayServeConfig, run_ray_server
+    from serve.server import with_api_key
+
+    cfg = RayServeConfig(address=address, replicas=replicas, cpus_per_replica=cpus, gpus_per_replica=gpus)
+    print(f"[crucible] http://{args.host}:{args.port} once every replica has loaded", file=sys.stderr)
+    return run_ray_server(with_api_key(config, args.host), cfg, args.host, args.port)
+
+
+def _ray_plan(args: argparse.Namespace, gpu: bool, extra: str, what: str) -> tuple[str | None, int, float, float]:
+    """Checks that Ray (with `extra`) is installed, says on stderr where the replicas go, returns --ray's
+    address and the replica sizes (as _ray_sizes)."""
+    try:
+        import importlib
+
+        importlib.import_module("ray." + extra)
+    except ImportError:
+        raise ValueError(f"--ray needs Ray: pip install '.[ray]' (or pip install 'ray[{extra}]')") from None
+    address, replicas, cpus, gpus = _ray_sizes(args, gpu)
+    gpu_part = f" and {gpus:g} GPUs" if gpus else ""
+    print(f"[crucible] {what}: {replicas} replicas of {args.model}, {cpus:g} CPUs{gpu_part} each, on "
+          f"{address or 'a local cluster'}", file=sys.stderr)
+    return address, replicas, cpus, gpus
 
 
 def cmd_bench_serve(args: argparse.Namespace) -> int:
@@ -343,6 +363,29 @@ POSITIVE = _bounded_int(1)
 PORT = _bounded_int(1, 65535)
 
 
+def _ray_flags(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help=f"{what}: a local cluster, or the one at ADDRESS ('auto', 'ray://host:10001')")
+    p.add_argument("--replicas", type=POSITIVE, default=None, help="with --ray: replicas, each holding one model "
+                                                                    "(default 1)")
+    p.add_argument("--cpus-per-replica", type=_positive_float, default=None,
+                   help="with --ray: CPUs per replica (default 1)")
+    p.add_argument("--gpus-per-replica", type=_non_negative_float, default=None,
+                   help="with --ray: GPUs per replica (default 1 on a GPU, else 0)")
+
+
+def _ray_sizes(args: argparse.Namespace, gpu: bool) -> tuple[str | None, int, float, float]:
+    """--ray's address (None: a local cluster) and the replica sizes; the sizes without --ray are an error."""
+    sizes = (args.replicas, args.cpus_per_replica, args.gpus_per_replica)
+    if args.ray is None:
+        named = [f for f, v in zip(("--replicas", "--cpus-per-replica", "--gpus-per-replica"), sizes) if v is not None]
+        if named:
+            raise ValueError(f"{', '.join(named)} needs --ray")
+    gpus = args.gpus_per_replica if args.gpus_per_replica is not None else (1.0 if gpu else 0.0)
+    return (None if args.ray in (None, "local") else args.ray, args.replicas or 1, args.cpus_per_replica or 1.0,
+            gpus)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Builds the argument parser with every subcommand."""
     parser = _Parser(prog="crucible", description=__doc__.splitlines()[0])
@@ -385,6 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=list(DTYPES), default="auto",
                    help="compute dtype: auto = float32 on CPU, bfloat16 on GPU (bf16 weights, activations and KV "
                         "cache; GGUF blocks stay blocks); bfloat16 needs a GPU")
+    _ray_flags(p, "serve replicas behind Ray Serve's proxy")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("batch", help="offline batch generation: JSONL prompts in, JSONL results out")
@@ -399,12 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=list(DTYPES), default="auto",
                    help="compute dtype: auto = float32 on CPU, bfloat16 on GPU (bf16 weights, activations and KV "
                         "cache; GGUF blocks stay blocks); bfloat16 needs a GPU")
-    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
-                   help="run on Ray Data: a local cluster, or the one at ADDRESS ('auto', 'ray://host:10001')")
-    p.add_argument("--replicas", type=POSITIVE, default=1, help="with --ray: actors, each holding one model")
-    p.add_argument("--cpus-per-replica", type=_positive_float, default=1.0, help="with --ray: CPUs per actor")
-    p.add_argument("--gpus-per-replica", type=_non_negative_float, default=0.0,
-                   help="with --ray: GPUs per actor (default 1 with --device gpu)")
+    _ray_flags(p, "run on Ray Data")
     p.set_defaults(func=cmd_batch)
 
     p = sub.add_parser("qualify", help="qualification record of a model on a target (JSON + Markdown)")

@@ -356,6 +356,6 @@ def load_config(source: ModelSource) -> ModelConfig:
     """The config of a resolved model source."""
     if source.format == "hf":
         return config_from_hf(source.path)
-    import gguf
+    from crucible.core.gguf_meta import open_gguf
 
-    return config_from_gguf(gguf.GGUFReader(str(source.path)))
+    return config_from_gguf(open_gguf(source.path))

@@ -57,9 +57,9 @@ def load_line(inv: ModelInventory, seconds: float) -> str:
 
 
 def _gguf(source: ModelSource) -> ModelInventory:
-    import gguf
+    from crucible.core.gguf_meta import open_gguf
 
-    reader = gguf.GGUFReader(str(source.path))
+    reader = open_gguf(source.path)
     field = reader.fields.get("general.architecture")
     arch = bytes(field.parts[field.data[0]]).decode("utf-8") if field is not None else "unknown"
     types: Counter[str] = Counter()

@@ -23,6 +23,7 @@ from typing import Literal
 import numpy as np
 
 from crucible.core.bf16 import bf16_bits, bf16_to_f32
+from crucible.core.gguf_meta import open_gguf
 from crucible.core.registry import ModelSource
 from graphs.config import ModelConfig, UnsupportedModelError
 from graphs.safetensors_file import RawTensor, array_of, read_safetensors
@@ -218,9 +219,7 @@ _GGUF_NAMES = {
 def load_gguf_weights(path: Path, cfg: ModelConfig, form: FloatForm = "f32") -> ModelWeights:
     """Reads GGUF tensors; block formats stay raw bytes (memory-mapped by gguf.GGUFReader), F32 linears
     take the float form asked for."""
-    import gguf
-
-    reader = gguf.GGUFReader(str(path))
+    reader = open_gguf(path)
     tensors = {t.name: t for t in reader.tensors}
 
     def take(name: str):

@@ -127,7 +127,7 @@ def run_ray_batch(model: str, in_path: Path, out_path: Path, cfg: RayBatchConfig
     if started_here:
         ray.init(address=cfg.address, num_cpus=cfg.local_cpus if cfg.address is None else None,
                  include_dashboard=False, log_to_driver=False,
-                 runtime_env={"env_vars": _forwarded_env()})
+                 runtime_env={"env_vars": forwarded_env()})
     out = JsonlAppender(out_path)
     try:
         ds = ray.data.from_items([{"line_no": n, "line": line} for n, line in todo],
@@ -177,7 +177,7 @@ def _tokens(record: dict) -> int:
     return int(record.get("completion_tokens") or 0)
 
 
-def _forwarded_env() -> dict[str, str]:
+def forwarded_env() -> dict[str, str]:
     """What replicas need of this process's environment (the kernel package, MAX's cache, the fault
     injection of the tests); Ray's workers start from the cluster's environment otherwise."""
     names = ("CRUCIBLE_PREBUILT_KERNELS", "MODULAR_CACHE_DIR", "MAX_SERVE_DISABLE_TELEMETRY", CRASH_ONCE_ENV,

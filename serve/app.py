@@ -3,6 +3,8 @@
 Routes: POST /v1/chat/completions, POST /v1/completions (streaming or not), GET /v1/models,
 GET /health (200 while the engine runs; 503 while the model loads or once the engine has stopped),
 GET /metrics (Prometheus text).
+Behind Ray Serve (serve/ray_serve.py) every replica runs this app; given a `cluster`, /metrics sums the
+replicas' counters and /health lists them (serve/cluster.py).
 A model that fails to load, or an engine thread that dies, stops the server with a non-zero status
 (`ServerState.fatal`, read by serve/server.py) after one line on stderr, so a supervisor restarts it.
 Every generation response carries `system_fingerprint` and an `X-Crucible-Kernels` header naming the
@@ -31,7 +33,8 @@ from pipelines.grammar import GrammarError
 from pipelines.request import Request as EngineRequest
 from serve.engine_bridge import EngineBridge, EngineDead, QueueFull
 from pipelines.scheduler import DEFAULT_CPU_BATCH
-from serve.metrics import Metrics
+from serve.cluster import PUBLISH_EVERY_S, Cluster, Peer, ReplicaReport, gauges, replicas_health, total_metrics
+from serve.metrics import Metrics, render
 from serve.choices import Choice, choice_object, stream_delta
 from serve.protocol import APIError, envelope, new_id, parse_request, usage
 
@@ -79,6 +82,26 @@ class ServerState:
     started: float = field(default_factory=time.time)
     fatal: tuple[int, str] | None = None           # (exit status, message) that stops the server
     on_fatal: Callable[[], None] | None = None     # set by the runner: begins the shutdown
+    cluster: Cluster | None = None                  # the other replicas, behind Ray Serve
+
+    def report(self) -> ReplicaReport:
+        """This server's counters and engine state, as /metrics and /health render them."""
+        bridge = self.bridge
+        return ReplicaReport(self.cluster.replica if self.cluster else "local", self.metrics.snapshot(),
+                             bridge.engine.load() if bridge else None, bridge.in_flight if bridge else 0,
+                             bridge is not None and bridge.alive,
+                             time.time() - bridge.heartbeat if bridge else 0.0)
+
+    async def peers(self) -> list[Peer]:
+        """Every replica's last report (just this one's outside a cluster, or while the board is away)."""
+        own = self.report()
+        if self.cluster is not None:
+            try:
+                return await self.cluster.exchange(own)
+            except Exception as exc:  # noqa: BLE001 - the board restarting: speak for this replica alone
+                print(f"[crucible] replica {own.replica}: cannot reach the report board: {one_line(exc)}",
+                      file=sys.stderr)
+        return [Peer(own, 0.0)]
 
     @property
     def ready(self) -> bool:
@@ -96,7 +119,8 @@ class ServerState:
             self.on_fatal()
 
 
-def _make_engine(cfg: ServerConfig):
+def make_engine(cfg: ServerConfig):
+    """The engine that serves cfg.model (loads and compiles the model)."""
     from pipelines.engine import EngineConfig, LLMEngine
 
     return LLMEngine(EngineConfig(model=cfg.model, device=cfg.device, max_batch_size=cfg.max_batch_size,
@@ -116,7 +140,7 @@ def _load(state: ServerState, engine=None) -> None:
         if engine is None:
             # MAX's MLIR context is thread-local: enter it in this loader thread to build graphs here.
             with ensure_default_mlir_context():
-                engine = _make_engine(cfg)
+                engine = make_engine(cfg)
         prov = engine.model.provenance
         name = cfg.served_name or (Path(cfg.model).name if Path(cfg.model).exists() else cfg.model)
         fallbacks = ",".join(prov["hot_path_fallbacks"]) or "none"
@@ -137,15 +161,22 @@ def _load(state: ServerState, engine=None) -> None:
         state.stop_with(status, f"cannot load model '{state.config.model}': {state.load_error}{debug_hint(status)}")
 
 
-def create_app(config: ServerConfig, load_in_background: bool = True, engine=None) -> FastAPI:
+def create_app(config: ServerConfig, load_in_background: bool = True, engine=None,
+               cluster: Cluster | None = None) -> FastAPI:
     """Builds the app; the model loads in a background thread so /health answers during loading.
 
     Args:
         config: Settings.
         load_in_background: Load at startup in a thread (else before the first request is taken).
         engine: An LLMEngine to serve instead of building one from config.model (tests reuse one).
+        cluster: The deployment's report board when this app is one replica of several.
     """
-    state = ServerState(config)
+    state = ServerState(config, cluster=cluster)
+
+    async def publish() -> None:
+        while True:
+            await state.peers()
+            await asyncio.sleep(PUBLISH_EVERY_S)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -153,7 +184,10 @@ def create_app(config: ServerConfig, load_in_background: bool = True, engine=Non
             threading.Thread(target=_load, args=(state, engine), daemon=True).start()
         else:
             _load(state, engine)
+        publisher = asyncio.create_task(publish()) if cluster is not None else None
         yield
+        if publisher is not None:
+            publisher.cancel()
         if state.bridge is not None:
             state.bridge.shutdown()
 
@@ -388,24 +422,20 @@ def create_app(config: ServerConfig, load_in_background: bool = True, engine=Non
         if not bridge.alive:
             return JSONResponse({"status": "error", "error": f"the engine has stopped: {bridge.error!r}",
                                  "engine": engine}, status_code=503)
-        return JSONResponse({"status": "ok", "model": state.model_name, "kernels": state.kernels_header,
-                             "engine": engine})
+        body = {"status": "ok", "model": state.model_name, "kernels": state.kernels_header, "engine": engine}
+        if state.cluster is not None:
+            body["replica"] = state.cluster.replica
+            body["replicas"] = replicas_health(await state.peers(), state.cluster.target)
+        return JSONResponse(body)
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        gauges: dict[str, float] = {"crucible_ready": 1.0 if state.ready else 0.0}
-        if state.bridge is not None:
-            load = state.bridge.engine.load()
-            gauges.update({
-                "crucible_requests_in_flight": state.bridge.in_flight,
-                "crucible_queue_depth": load.waiting,
-                "crucible_running_requests": load.running,
-                "crucible_kv_cache_pages_used": load.pages_used,
-                "crucible_kv_cache_pages_total": load.pages_total,
-                "crucible_kv_cache_usage_ratio": load.pages_used / max(1, load.pages_total),
-                "crucible_prefix_cache_hit_tokens": load.cached_tokens,
-            })
-        return PlainTextResponse(state.metrics.render(gauges), media_type="text/plain; version=0.0.4")
+        peers = await state.peers()
+        live = [p.report for p in peers if p.live]
+        values = gauges(live)
+        if state.cluster is not None:
+            values.update({"crucible_replicas_target": state.cluster.target, "crucible_replicas_live": len(live)})
+        return PlainTextResponse(render(total_metrics(peers), values), media_type="text/plain; version=0.0.4")
 
     return app
 

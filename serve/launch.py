@@ -24,7 +24,7 @@ class Server:
 
 
 def start_server(model: str, *extra: str, api_key: str | None = None, timeout_s: float = 900,
-                 python: str = sys.executable) -> Server:
+                 python: str = sys.executable, env: dict[str, str] | None = None) -> Server:
     """Starts `crucible serve` and waits until /health says ok (503 while loading is expected).
 
     Args:
@@ -33,12 +33,13 @@ def start_server(model: str, *extra: str, api_key: str | None = None, timeout_s:
         api_key: Required key, if any.
         timeout_s: How long loading may take.
         python: The interpreter whose environment runs the server (default: this one).
+        env: More environment variables for the server.
     """
     port = free_port()
     cmd = [python, "-m", "crucible.cli", "serve", "--model", model, "--port", str(port), *extra]
     if api_key:
         cmd += ["--api-key", api_key]
-    proc = subprocess.Popen(cmd, env=child_env({"MAX_SERVE_DISABLE_TELEMETRY": "1"}),
+    proc = subprocess.Popen(cmd, env=child_env({"MAX_SERVE_DISABLE_TELEMETRY": "1", **(env or {})}),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + timeout_s

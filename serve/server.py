@@ -5,10 +5,21 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from dataclasses import replace
 
 from serve.app import ServerConfig, create_app
 
 API_KEY_ENV = "CRUCIBLE_API_KEY"
+
+
+def with_api_key(config: ServerConfig, host: str) -> ServerConfig:
+    """The config with $CRUCIBLE_API_KEY when it names no key; warns when a non-loopback host has none."""
+    if config.api_key is None and os.environ.get(API_KEY_ENV):
+        config = replace(config, api_key=os.environ[API_KEY_ENV])
+    if host not in ("127.0.0.1", "localhost", "::1") and not config.api_key:
+        logging.getLogger("crucible").warning("serving on %s without an API key: anyone who can reach it can use it",
+                                              host)
+    return config
 
 
 def run_server(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000) -> int:
@@ -21,13 +32,7 @@ def run_server(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000) 
     """
     import uvicorn
 
-    if config.api_key is None and os.environ.get(API_KEY_ENV):
-        from dataclasses import replace
-
-        config = replace(config, api_key=os.environ[API_KEY_ENV])
-    if host not in ("127.0.0.1", "localhost", "::1") and not config.api_key:
-        logging.getLogger("crucible").warning("serving on %s without an API key: anyone who can reach it can use it",
-                                              host)
+    config = with_api_key(config, host)
     app = create_app(config)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                            timeout_graceful_shutdown=5))

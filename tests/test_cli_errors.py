@@ -38,14 +38,19 @@ def odd_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
     not_gguf = root / "notes.gguf"
     not_gguf.write_text("hello")
-    return {"mxfp4": write_gguf(TINY_LLAMA, root / "tiny-MXFP4.gguf", "MXFP4"), "gpt2": arch, "not_gguf": not_gguf}
+    corrupt = root / "corrupt.gguf"  # the magic and version of a GGUF, then garbage (a torn download)
+    corrupt.write_bytes(b"GGUF" + (3).to_bytes(4, "little") + b"\xff" * 64)
+    return {"mxfp4": write_gguf(TINY_LLAMA, root / "tiny-MXFP4.gguf", "MXFP4"), "gpt2": arch, "not_gguf": not_gguf,
+            "corrupt": corrupt}
 
 
 @pytest.mark.parametrize("case,argv,words", [
     ("tensor type", ["generate", "--model", "{mxfp4}"], "MXFP4"),
     ("architecture", ["generate", "--model", "{gpt2}"], "gpt2"),
     ("not a GGUF", ["generate", "--model", "{not_gguf}"], "not a GGUF"),
+    ("corrupt GGUF", ["generate", "--model", "{corrupt}"], "not a readable GGUF"),
     ("missing file", ["generate", "--model", "/no/such/model.gguf"], "no such file"),
+    ("replicas without --ray", ["serve", "--replicas", "2", "--cpus-per-replica", "4"], "--cpus-per-replica needs --ray"),
     ("unknown name", ["serve", "--model", "llama-99b"], "not a registry name"),
     ("batch input", ["batch", "/no/such/in.jsonl", "out.jsonl"], "does not exist"),
     ("bad port", ["serve", "--port", "99999"], "--port"),

@@ -1,9 +1,29 @@
-"""Reading GGUF metadata from an open gguf.GGUFReader: one key, or one token's id without
-converting the whole vocabulary (Gemma 3's 262k pieces take seconds through `contents()`)."""
+"""Opening a GGUF file, and reading its metadata: one key, or one token's id without converting the
+whole vocabulary (Gemma 3's 262k pieces take seconds through `contents()`)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 TOKENS_KEY = "tokenizer.ggml.tokens"
+
+
+def open_gguf(path: str | Path):
+    """A gguf.GGUFReader over the file.
+
+    Raises:
+        ValueError: The file is not a readable GGUF (truncated, corrupt, another format): gguf-py's own
+            errors (IndexError, struct errors, ...) name neither the file nor the cause.
+    """
+    import gguf
+
+    try:
+        return gguf.GGUFReader(str(path))
+    except (OSError, MemoryError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the parser trips on, the file is at fault
+        raise ValueError(f"{Path(path).name} is not a readable GGUF file (truncated or corrupt?): "
+                         f"{type(exc).__name__}: {exc}") from exc
 
 
 def field(reader, key: str, default: object = None) -> object:

@@ -14,6 +14,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from crucible.core.gguf_meta import open_gguf
 from crucible.core.registry import ModelSource
 
 Message = dict[str, str]
@@ -75,13 +76,12 @@ def gguf_tokenizer(path: Path):
     """
     from unittest import mock
 
-    import gguf
     import transformers.modeling_gguf_pytorch_utils as gguf_utils
     from transformers import AutoTokenizer
 
     from crucible.core.spm_tokenizer import is_scored_spm, spm_gguf_tokenizer
 
-    reader = gguf.GGUFReader(str(path))
+    reader = open_gguf(path)
     if "tokenizer.ggml.tokens" not in reader.fields:
         from crucible.core.errors import UnsupportedModelError
 

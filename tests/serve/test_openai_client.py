@@ -1,4 +1,8 @@
-"""The server through the official openai client: chat, streaming, completions, models, every error."""
+"""The server through the official openai client: chat, streaming, completions, models, every error.
+
+Every test runs twice: on `crucible serve` (one uvicorn process) and on `crucible serve --ray --replicas 2`
+(two replicas behind Ray Serve's proxy, with the guarded settings and API key).
+"""
 
 from __future__ import annotations
 
@@ -6,25 +10,42 @@ import httpx
 import openai
 import pytest
 
+from serve.launch import Server
+
 PROMPT = [{"role": "user", "content": "What is the capital of France?"}]
 
 
-def _client(server, key: str | None = "unused") -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.v1, api_key=key or "none", max_retries=0, timeout=120)
+@pytest.fixture(params=["uvicorn", "ray-serve"])
+def served(request: pytest.FixtureRequest) -> Server:
+    return request.getfixturevalue("server" if request.param == "uvicorn" else "ray_server")
 
 
-def _model(server) -> str:
+@pytest.fixture(params=["uvicorn", "ray-serve"])
+def guarded(request: pytest.FixtureRequest) -> Server:
+    """API key "sesame", 4 sequences admitted per process (or per replica), 16 KB bodies."""
+    return request.getfixturevalue("guarded_server" if request.param == "uvicorn" else "ray_server")
+
+
+def _client(server: Server, key: str | None = None) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.v1, api_key=key or server.api_key or "unused", max_retries=0, timeout=120)
+
+
+def _auth(server: Server) -> dict[str, str]:
+    return {"Authorization": f"Bearer {server.api_key}"} if server.api_key else {}
+
+
+def _model(server: Server) -> str:
     return _client(server).models.list().data[0].id
 
 
-def test_models_lists_the_served_model(server) -> None:
-    models = _client(server).models.list().data
+def test_models_lists_the_served_model(served) -> None:
+    models = _client(served).models.list().data
     assert [m.id for m in models] == ["tiny-llama-Q4_0.gguf"]
 
 
-def test_chat_plain_reports_usage_and_kernels(server) -> None:
-    client = _client(server)
-    raw = client.chat.completions.with_raw_response.create(model=_model(server), messages=PROMPT, temperature=0,
+def test_chat_plain_reports_usage_and_kernels(served) -> None:
+    client = _client(served)
+    raw = client.chat.completions.with_raw_response.create(model=_model(served), messages=PROMPT, temperature=0,
                                                            max_tokens=8)
     resp = raw.parse()
     assert resp.object == "chat.completion"
@@ -37,10 +58,10 @@ def test_chat_plain_reports_usage_and_kernels(server) -> None:
     assert "activations=f32" in raw.headers["x-crucible-kernels"]
 
 
-def test_chat_streaming_equals_plain(server) -> None:
-    client = _client(server)
-    plain = client.chat.completions.create(model=_model(server), messages=PROMPT, temperature=0, max_tokens=12)
-    chunks = list(client.chat.completions.create(model=_model(server), messages=PROMPT, temperature=0, max_tokens=12,
+def test_chat_streaming_equals_plain(served) -> None:
+    client = _client(served)
+    plain = client.chat.completions.create(model=_model(served), messages=PROMPT, temperature=0, max_tokens=12)
+    chunks = list(client.chat.completions.create(model=_model(served), messages=PROMPT, temperature=0, max_tokens=12,
                                                  stream=True, stream_options={"include_usage": True}))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == plain.choices[0].message.content
@@ -49,18 +70,18 @@ def test_chat_streaming_equals_plain(server) -> None:
     assert chunks[-1].usage.completion_tokens == plain.usage.completion_tokens
 
 
-def test_completions_plain_and_streaming(server) -> None:
-    client = _client(server)
-    plain = client.completions.create(model=_model(server), prompt="The capital of France", temperature=0, max_tokens=6)
+def test_completions_plain_and_streaming(served) -> None:
+    client = _client(served)
+    plain = client.completions.create(model=_model(served), prompt="The capital of France", temperature=0, max_tokens=6)
     assert plain.object == "text_completion" and plain.usage.completion_tokens >= 1
     streamed = "".join(c.choices[0].text for c in client.completions.create(
-        model=_model(server), prompt="The capital of France", temperature=0, max_tokens=6, stream=True) if c.choices)
+        model=_model(served), prompt="The capital of France", temperature=0, max_tokens=6, stream=True) if c.choices)
     assert streamed == plain.choices[0].text
 
 
-def test_logprobs_plain_and_streaming(server) -> None:
-    client = _client(server)
-    kw = dict(model=_model(server), messages=PROMPT, temperature=0, max_tokens=8, logprobs=True, top_logprobs=3)
+def test_logprobs_plain_and_streaming(served) -> None:
+    client = _client(served)
+    kw = dict(model=_model(served), messages=PROMPT, temperature=0, max_tokens=8, logprobs=True, top_logprobs=3)
     plain = client.chat.completions.create(**kw)
     content = plain.choices[0].logprobs.content
     assert len(content) == plain.usage.completion_tokens
@@ -74,18 +95,18 @@ def test_logprobs_plain_and_streaming(server) -> None:
     chunks = list(client.chat.completions.create(stream=True, **kw))
     streamed = [t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content]
     assert [(t.token, t.logprob) for t in streamed] == [(t.token, t.logprob) for t in content]
-    comp = client.completions.create(model=_model(server), prompt="The capital of France", temperature=0,
+    comp = client.completions.create(model=_model(served), prompt="The capital of France", temperature=0,
                                      max_tokens=4, logprobs=2)
     lp = comp.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == comp.usage.completion_tokens
     assert lp.text_offset[0] == 0 and all(len(t) <= 2 for t in lp.top_logprobs)
-    assert client.chat.completions.create(model=_model(server), messages=PROMPT, max_tokens=2,
+    assert client.chat.completions.create(model=_model(served), messages=PROMPT, max_tokens=2,
                                           temperature=0).choices[0].logprobs is None
 
 
-def test_stop_seed_and_temperature(server) -> None:
-    client = _client(server)
-    kw = dict(model=_model(server), messages=PROMPT, max_tokens=10)
+def test_stop_seed_and_temperature(served) -> None:
+    client = _client(served)
+    kw = dict(model=_model(served), messages=PROMPT, max_tokens=10)
     a = client.chat.completions.create(temperature=0.9, seed=5, **kw).choices[0].message.content
     b = client.chat.completions.create(temperature=0.9, seed=5, **kw).choices[0].message.content
     assert a == b
@@ -110,45 +131,46 @@ def test_stop_seed_and_temperature(server) -> None:
     (dict(messages=PROMPT, logprobs=True, top_logprobs=50), 400, "top_logprobs"),
     (dict(messages=[{"role": "user", "content": "word " * 3000}]), 400, "messages"),
 ])
-def test_bad_requests_get_openai_errors(server, kwargs, status: int, param: str) -> None:
-    kwargs = {"model": _model(server), **kwargs}
+def test_bad_requests_get_openai_errors(served, kwargs, status: int, param: str) -> None:
+    kwargs = {"model": _model(served), **kwargs}
     with pytest.raises(openai.APIStatusError) as err:
-        _client(server).chat.completions.create(**kwargs)
+        _client(served).chat.completions.create(**kwargs)
     assert err.value.status_code == status
     body = err.value.body
     assert body["param"] == param and body["message"] and body["type"]
 
 
-def test_malformed_json_and_missing_fields(server) -> None:
-    r = httpx.post(server.v1 + "/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
+def test_malformed_json_and_missing_fields(served) -> None:
+    r = httpx.post(served.v1 + "/chat/completions", content=b"{not json",
+                   headers={"content-type": "application/json", **_auth(served)})
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
-    r = httpx.post(server.v1 + "/chat/completions", json={"messages": PROMPT})
+    r = httpx.post(served.v1 + "/chat/completions", json={"messages": PROMPT}, headers=_auth(served))
     assert r.status_code == 400 and r.json()["error"]["param"] == "model"
-    r = httpx.post(server.v1 + "/completions", json={"model": "tiny-llama-Q4_0.gguf"})
+    r = httpx.post(served.v1 + "/completions", json={"model": "tiny-llama-Q4_0.gguf"}, headers=_auth(served))
     assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
 
 
-def test_auth_on(guarded_server) -> None:
+def test_auth_on(guarded) -> None:
     with pytest.raises(openai.AuthenticationError) as err:
-        _client(guarded_server, key="wrong").models.list()
+        _client(guarded, key="wrong").models.list()
     assert err.value.status_code == 401 and err.value.body["code"] == "invalid_api_key"
-    assert httpx.get(guarded_server.v1 + "/models").status_code == 401
-    assert httpx.get(guarded_server.base_url + "/health").status_code == 200  # health stays open
-    ok = _client(guarded_server, key="sesame").chat.completions.create(
+    assert httpx.get(guarded.v1 + "/models").status_code == 401
+    assert httpx.get(guarded.base_url + "/health").status_code == 200  # health stays open
+    ok = _client(guarded, key="sesame").chat.completions.create(
         model="tiny-llama-Q4_0.gguf", messages=PROMPT, temperature=0, max_tokens=3)
     assert ok.choices[0].message.content is not None
 
 
-def test_body_limit_and_backpressure(guarded_server) -> None:
+def test_body_limit_and_backpressure(guarded) -> None:
     headers = {"Authorization": "Bearer sesame"}
     big = {"model": "tiny-llama-Q4_0.gguf", "messages": [{"role": "user", "content": "x" * 40000}]}
-    r = httpx.post(guarded_server.v1 + "/chat/completions", json=big, headers=headers)
+    r = httpx.post(guarded.v1 + "/chat/completions", json=big, headers=headers)
     assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
 
     import concurrent.futures as cf
 
     def one(_):
-        return httpx.post(guarded_server.v1 + "/chat/completions", headers=headers, timeout=300, json={
+        return httpx.post(guarded.v1 + "/chat/completions", headers=headers, timeout=300, json={
             "model": "tiny-llama-Q4_0.gguf", "messages": PROMPT, "max_tokens": 300, "ignore_eos": True,
             "temperature": 0})
 
