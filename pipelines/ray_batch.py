@@ -125,7 +125,8 @@ def run_ray_batch(model: str, in_path: Path, out_path: Path, cfg: RayBatchConfig
         return summary
     started_here = not ray.is_initialized()
     if started_here:
-        ray.init(address=cfg.address, num_cpus=cfg.local_cpus if cfg.address is None else None,
+        # "local": a cluster of this process's own, never one that `ray start` left running
+        ray.init(address=cfg.address or "local", num_cpus=cfg.local_cpus if cfg.address is None else None,
                  include_dashboard=False, log_to_driver=False,
                  runtime_env={"env_vars": forwarded_env()})
     out = JsonlAppender(out_path)

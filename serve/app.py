@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import threading
 import time
@@ -90,7 +91,7 @@ class ServerState:
         return ReplicaReport(self.cluster.replica if self.cluster else "local", self.metrics.snapshot(),
                              bridge.engine.load() if bridge else None, bridge.in_flight if bridge else 0,
                              bridge is not None and bridge.alive,
-                             time.time() - bridge.heartbeat if bridge else 0.0)
+                             time.time() - bridge.heartbeat if bridge else 0.0, os.getpid())
 
     async def peers(self) -> list[Peer]:
         """Every replica's last report (just this one's outside a cluster, or while the board is away)."""
@@ -272,8 +273,13 @@ def create_app(config: ServerConfig, load_in_background: bool = True, engine=Non
             return tok.decode(ids, skip_special_tokens=True)
 
         if req.stream:
-            return StreamingResponse(_stream(request, req, rid, choices, queue, token_text, decode),
-                                     media_type="text/event-stream", headers=headers)
+            def abort_unfinished() -> None:
+                for c in choices.values():
+                    if c.engine_req.finish_reason is None:
+                        bridge.abort(c.request_id)
+
+            return _AbortingStream(_stream(request, req, rid, choices, queue, token_text, decode), abort_unfinished,
+                                   media_type="text/event-stream", headers=headers)
         try:
             await _gather(choices, queue)
         except asyncio.CancelledError:
@@ -438,6 +444,22 @@ def create_app(config: ServerConfig, load_in_background: bool = True, engine=Non
         return PlainTextResponse(render(total_metrics(peers), values), media_type="text/plain; version=0.0.4")
 
     return app
+
+
+class _AbortingStream(StreamingResponse):
+    """A stream whose unfinished sequences are aborted however the response ends. The body generator
+    aborts them itself when it runs; this also covers a handler cancelled before its first chunk (Ray
+    Serve cancels the request when the client leaves), which would leave them running to max_tokens."""
+
+    def __init__(self, content, on_exit: Callable[[], None], **kwargs) -> None:
+        super().__init__(content, **kwargs)
+        self._on_exit = on_exit
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_exit()
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ class ReplicaReport:
         in_flight: Sequences admitted and not finished.
         engine_alive: Whether its engine thread runs.
         heartbeat_age_s: Seconds since its engine loop last turned.
+        pid: Its process id (on its node).
     """
 
     replica: str
@@ -39,6 +40,7 @@ class ReplicaReport:
     in_flight: int
     engine_alive: bool
     heartbeat_age_s: float
+    pid: int = 0
 
     def health(self) -> dict:
         return {"alive": self.engine_alive, "heartbeat_age_s": round(self.heartbeat_age_s, 3),
@@ -103,7 +105,7 @@ def gauges(reports: list[ReplicaReport]) -> dict[str, float]:
 
 def replicas_health(peers: list[Peer], target: int) -> dict:
     """The "replicas" block of /health: how many the deployment asks for, how many report, and each one."""
-    members = [{"replica": p.report.replica, "live": p.live, "report_age_s": round(p.age_s, 3),
+    members = [{"replica": p.report.replica, "pid": p.report.pid, "live": p.live, "report_age_s": round(p.age_s, 3),
                 "engine": p.report.health()} for p in sorted(peers, key=lambda p: p.report.replica)]
     return {"target": target, "live": sum(p.live for p in peers),
             "members": [m for m in members if m["live"]]}

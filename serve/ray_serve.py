@@ -21,12 +21,13 @@ import asyncio
 import re
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
 from ray import serve
 
-from crucible.core.errors import INTERNAL_ERROR, exit_status, one_line
+from crucible.core.errors import INTERNAL_ERROR, USER_ERROR, exit_status, one_line
 from pipelines.ray_batch import forwarded_env
 from serve.app import ServerConfig, create_app, make_engine
 from serve.cluster import Peer, ReplicaReport, ReportBoard
@@ -34,6 +35,9 @@ from serve.cluster import Peer, ReplicaReport, ReportBoard
 APP_NAME = "crucible"
 ADMISSION_HEADROOM = 8  # /health, /metrics and refused requests beside a full replica's admitted ones
 HEALTH_CHECK_PERIOD_S = 5.0
+WAIT_REPORT_S = 30.0  # how often a deployment that is still starting says what it waits for
+WATCH_EVERY_S = 5.0
+BOARD_TIMEOUT_S = 2.0
 LOAD_ERROR = "crucible-load-error"  # tags a replica's load failure in Serve's status, for the driver
 
 
@@ -83,7 +87,11 @@ class _BoardClient:
     target: int
 
     async def exchange(self, own: ReplicaReport) -> list[Peer]:
-        return await self.board.exchange.remote(own)
+        async def call() -> list[Peer]:
+            return await self.board.exchange.remote(own)
+
+        # A board that is restarting queues calls rather than failing them: do not hold /health up.
+        return await asyncio.wait_for(call(), BOARD_TIMEOUT_S)
 
 
 @serve.ingress()
@@ -124,6 +132,8 @@ def deployment(config: ServerConfig, cfg: RayServeConfig):
     replicas = serve.deployment(
         CrucibleReplica, name="openai", num_replicas=cfg.replicas,
         ray_actor_options={"num_cpus": cfg.cpus_per_replica, "num_gpus": cfg.gpus_per_replica},
+        # No max_queued_requests: Serve counts a burst's requests as queued before it picks their replicas
+        # (a bound of 4 turned a burst of 12 into 503s while the replicas had room).
         max_ongoing_requests=config.max_in_flight + ADMISSION_HEADROOM,
         health_check_period_s=HEALTH_CHECK_PERIOD_S, graceful_shutdown_timeout_s=10,
         max_constructor_retry_count=cfg.replicas)  # a model that cannot load fails fast, not 20 times
@@ -135,41 +145,125 @@ def run_ray_server(config: ServerConfig, cfg: RayServeConfig, host: str, port: i
 
     Returns:
         The exit status: 0 after an interrupt; else one line on stderr says why the replicas did not start
-        (2 for a model that cannot load, as `crucible serve`).
+        or stopped (2 for a model that cannot load or a cluster too small, as `crucible serve`).
     """
     import ray
 
+    local = cfg.address is None
     started_here = not ray.is_initialized()
-    if started_here:
-        ray.init(address=cfg.address, num_cpus=cfg.local_cpus if cfg.address is None else None,
+    if started_here:  # "local": a cluster of this process's own, never one that `ray start` left running
+        ray.init(address="local" if local else cfg.address, num_cpus=cfg.local_cpus if local else None,
                  include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": forwarded_env()})
+
     def on_signal(signum, frame) -> None:  # noqa: ARG001 - signal handler signature
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_signal)
+    deployed = False
     try:
+        problem = _cannot_deploy(cfg, ray.cluster_resources())
+        if problem:
+            print(f"crucible serve: error: {problem}", file=sys.stderr, flush=True)
+            return USER_ERROR
         serve.start(http_options={"host": host, "port": port}, proxy_location="HeadOnly")
-        try:
-            serve.run(deployment(config, cfg), name=APP_NAME, route_prefix="/")
-        except RuntimeError as exc:
-            status, message = _replica_error(exc)
+        deployed = True
+        failure = _deploy(deployment(config, cfg))
+        if failure is not None:
+            status, message = failure
             print(f"crucible serve: error: the replicas failed to start: {message}", file=sys.stderr, flush=True)
             return status
         print(f"[crucible] {cfg.replicas} replicas ready behind Ray Serve on http://{host}:{port}", file=sys.stderr,
               flush=True)
-        while True:  # Serve runs the replicas (and replaces failed ones); this process only holds them up
-            time.sleep(1.0)
+        return _watch()
     except KeyboardInterrupt:
         return 0
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not cut the clean-up short
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
-            if started_here and cfg.address is None:
-                serve.shutdown()
-            else:
-                serve.delete(APP_NAME)
+            if deployed:
+                serve.delete(APP_NAME)  # drains the replicas while the proxy still carries their streams
+                if started_here and local:
+                    serve.shutdown()
         finally:
             if started_here:
                 ray.shutdown()
+
+
+def _cannot_deploy(cfg: RayServeConfig, resources: dict[str, float]) -> str | None:
+    """Why the replicas cannot all be placed on the cluster (its resources in total), or None; else Serve
+    would wait for them silently. An autoscaling cluster that would grow is refused too."""
+    need = {"CPU": cfg.replicas * cfg.cpus_per_replica, "GPU": cfg.replicas * cfg.gpus_per_replica}
+    short = {k: v for k, v in need.items() if v > resources.get(k, 0.0) + 1e-9}
+    if short:
+        have = ", ".join(f"{resources.get(k, 0.0):g} {k}s" for k in short)
+        want = ", ".join(f"{v:g} {k}s" for k, v in short.items())
+        return (f"{cfg.replicas} replicas need {want} ({cfg.cpus_per_replica:g} CPUs and {cfg.gpus_per_replica:g} "
+                f"GPUs each); the cluster has {have}")
+    try:
+        apps = serve.status().applications
+    except Exception:  # noqa: BLE001 - no Serve on the cluster yet: nothing to clash with
+        return None
+    if APP_NAME in apps:
+        return (f"an application named '{APP_NAME}' already runs on this Ray cluster (another crucible serve "
+                "--ray?); stop it first")
+    return None
+
+
+def _deploy(app) -> tuple[int, str] | None:
+    """Runs the application; returns None once every replica is up, else (exit status, message). While it
+    waits, Serve's own account of what it waits for (a replica that cannot be scheduled, a slow load)
+    goes to stderr every WAIT_REPORT_S."""
+    outcome: dict[str, BaseException] = {}
+
+    def run() -> None:
+        try:
+            serve.run(app, name=APP_NAME, route_prefix="/")
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, name="crucible-serve-deploy", daemon=True)
+    worker.start()
+    last = time.monotonic()
+    while worker.is_alive():
+        worker.join(1.0)
+        if worker.is_alive() and time.monotonic() - last > WAIT_REPORT_S:
+            last = time.monotonic()
+            print(f"[crucible] waiting for the replicas: {_deployment_message() or 'loading'}", file=sys.stderr,
+                  flush=True)
+    exc = outcome.get("error")
+    if exc is None:
+        return None
+    if isinstance(exc, RuntimeError):
+        return _replica_error(exc)
+    return INTERNAL_ERROR, f"{type(exc).__name__}: {one_line(exc)}"
+
+
+def _watch() -> int:
+    """Holds the application up (Serve runs and replaces the replicas); says on stderr when its status
+    changes; returns 1 if the cluster goes away."""
+    seen = "RUNNING"
+    while True:
+        time.sleep(WATCH_EVERY_S)
+        try:
+            app = serve.status().applications.get(APP_NAME)
+        except Exception as exc:  # noqa: BLE001 - the cluster is gone: nothing left to serve
+            print(f"crucible serve: error: lost the Ray cluster: {one_line(exc)}", file=sys.stderr, flush=True)
+            return INTERNAL_ERROR
+        status = str(app.status.value if hasattr(app.status, "value") else app.status) if app else "DELETED"
+        if status != seen:
+            seen = status
+            print(f"[crucible] application {status}: {_deployment_message() or ''}".rstrip(": "), file=sys.stderr,
+                  flush=True)
+        if app is None:
+            return INTERNAL_ERROR
+
+
+def _deployment_message() -> str:
+    try:
+        return one_line(RuntimeError(serve.status().applications[APP_NAME].deployments["openai"].message))
+    except Exception:  # noqa: BLE001 - nothing deployed yet
+        return ""
 
 
 def _replica_error(exc: RuntimeError) -> tuple[int, str]:

@@ -3,12 +3,15 @@
 The routes, errors and API key are the same app's (tests/serve/test_openai_client.py runs its whole suite
 through Ray Serve's proxy too). Here: /health names both replicas and either may answer; /metrics sums
 the replicas' counters; a killed replica is replaced while the other serves; a model that cannot load
-stops the command with one line and status 2; SIGTERM takes the cluster down.
+stops the command with one line and status 2, and so does a cluster too small for the replicas; SIGTERM
+takes the cluster down.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -24,7 +27,6 @@ from serve.launch import Server  # noqa: E402
 from tests.serve.conftest import RAY_REPLICAS  # noqa: E402
 
 AUTH = {"Authorization": "Bearer sesame"}
-REPLICA_PROCESS = "ServeReplica:crucible:openai"
 
 
 def _health(server: Server) -> dict:
@@ -69,11 +71,23 @@ def test_metrics_sum_over_replicas(ray_server: Server) -> None:
     assert "crucible_ready 1.0" in text
 
 
+def _pids(server: Server) -> list[int]:
+    return [m["pid"] for m in _health(server)["replicas"]["members"]]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def test_a_killed_replica_is_replaced_while_the_other_serves(ray_server: Server) -> None:
     old = {m["replica"] for m in _health(ray_server)["replicas"]["members"]}
-    pids = subprocess.run(["pgrep", "-f", REPLICA_PROCESS], capture_output=True, text=True).stdout.split()
-    assert len(pids) == RAY_REPLICAS, pids
-    subprocess.run(["kill", "-9", pids[0]], check=True)
+    pids = _pids(ray_server)
+    assert len(pids) == RAY_REPLICAS and all(_alive(p) for p in pids), pids
+    os.kill(pids[0], signal.SIGKILL)
     deadline = time.time() + 180
     while True:
         members = _health(ray_server)["replicas"]
@@ -88,22 +102,37 @@ def test_a_killed_replica_is_replaced_while_the_other_serves(ray_server: Server)
 
 
 def test_sigterm_takes_the_cluster_down(ray_server: Server) -> None:
+    # Last of the tests on the module's server: it stops it.
+    pids = _pids(ray_server)
     ray_server.process.terminate()
     assert ray_server.process.wait(timeout=60) == 0
-    left = subprocess.run(["pgrep", "-f", REPLICA_PROCESS], capture_output=True, text=True).stdout.split()
     deadline = time.time() + 20
-    while left and time.time() < deadline:
+    while any(_alive(p) for p in pids):
+        assert time.time() < deadline, [p for p in pids if _alive(p)]
         time.sleep(0.5)
-        left = subprocess.run(["pgrep", "-f", REPLICA_PROCESS], capture_output=True, text=True).stdout.split()
-    assert not left
+
+
+def _serve_cli(*flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "crucible.cli", "serve", "--port", str(free_port()), "--ray", *flags],
+                          capture_output=True, text=True, timeout=300,
+                          env=child_env({"RAY_AUTH_MODE": "disabled", "MAX_SERVE_DISABLE_TELEMETRY": "1"}))
+
+
+def _error_line(proc: subprocess.CompletedProcess) -> str:
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("crucible serve: error:")]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    return errors[0]
+
+
+def test_a_cluster_too_small_is_refused_at_once(tiny_models) -> None:
+    proc = _serve_cli("--model", str(tiny_models["llama"].gguf["Q4_0"]), "--replicas", "3",
+                      "--cpus-per-replica", "1000")
+    assert proc.returncode == 2 and "need 3000 CPUs" in _error_line(proc), proc.stderr[-3000:]
 
 
 def test_a_model_that_cannot_load_stops_with_one_line(tmp_path: Path) -> None:
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 64)
-    proc = subprocess.run([sys.executable, "-m", "crucible.cli", "serve", "--model", str(broken),
-                           "--port", str(free_port()), "--ray", "--replicas", "1"], capture_output=True, text=True, timeout=300,
-                          env=child_env({"RAY_AUTH_MODE": "disabled", "MAX_SERVE_DISABLE_TELEMETRY": "1"}))
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("crucible serve: error:")]
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert len(errors) == 1 and "cannot load model" in errors[0] and "broken.gguf" in errors[0], proc.stderr[-3000:]
+    proc = _serve_cli("--model", str(broken), "--replicas", "1")
+    line = _error_line(proc)
+    assert proc.returncode == 2 and "cannot load model" in line and "broken.gguf" in line, proc.stderr[-3000:]
