@@ -33,6 +33,7 @@ from serve.app import ServerConfig, create_app, make_engine
 from serve.cluster import Peer, ReplicaReport, ReportBoard
 
 APP_NAME = "crucible"
+REPLICAS_NAME = "openai"  # the replicas' deployment in the application (beside the report board)
 ADMISSION_HEADROOM = 8  # /health, /metrics and refused requests beside a full replica's admitted ones
 HEALTH_CHECK_PERIOD_S = 5.0
 WAIT_REPORT_S = 30.0  # how often a deployment that is still starting says what it waits for
@@ -51,14 +52,12 @@ class RayServeConfig:
         cpus_per_replica: CPUs Ray reserves for each (a CPU replica's MAX runtime uses every core of its
             node: MAX 26.7 takes no thread count, so on CPUs one replica per node is the efficient layout).
         gpus_per_replica: GPUs per replica (0 on CPU).
-        local_cpus: CPUs of the local cluster when address is None (None: all of this machine's).
     """
 
     address: str | None = None
     replicas: int = 1
     cpus_per_replica: float = 1.0
     gpus_per_replica: float = 0.0
-    local_cpus: int | None = None
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -130,7 +129,7 @@ class CrucibleReplica:
 def deployment(config: ServerConfig, cfg: RayServeConfig):
     """The Serve application: `cfg.replicas` CrucibleReplicas and their report board."""
     replicas = serve.deployment(
-        CrucibleReplica, name="openai", num_replicas=cfg.replicas,
+        CrucibleReplica, name=REPLICAS_NAME, num_replicas=cfg.replicas,
         ray_actor_options={"num_cpus": cfg.cpus_per_replica, "num_gpus": cfg.gpus_per_replica},
         # No max_queued_requests: Serve counts a burst's requests as queued before it picks their replicas
         # (a bound of 4 turned a burst of 12 into 503s while the replicas had room).
@@ -152,7 +151,7 @@ def run_ray_server(config: ServerConfig, cfg: RayServeConfig, host: str, port: i
     local = cfg.address is None
     started_here = not ray.is_initialized()
     if started_here:  # "local": a cluster of this process's own, never one that `ray start` left running
-        ray.init(address="local" if local else cfg.address, num_cpus=cfg.local_cpus if local else None,
+        ray.init(address="local" if local else cfg.address, num_cpus=None,
                  include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": forwarded_env()})
 
     def on_signal(signum, frame) -> None:  # noqa: ARG001 - signal handler signature
@@ -229,7 +228,7 @@ def _deploy(app) -> tuple[int, str] | None:
         worker.join(1.0)
         if worker.is_alive() and time.monotonic() - last > WAIT_REPORT_S:
             last = time.monotonic()
-            print(f"[crucible] waiting for the replicas: {_deployment_message() or 'loading'}", file=sys.stderr,
+            print(f"[crucible] waiting for the replicas: {_status_line() or 'loading'}", file=sys.stderr,
                   flush=True)
     exc = outcome.get("error")
     if exc is None:
@@ -250,29 +249,32 @@ def _watch() -> int:
         except Exception as exc:  # noqa: BLE001 - the cluster is gone: nothing left to serve
             print(f"crucible serve: error: lost the Ray cluster: {one_line(exc)}", file=sys.stderr, flush=True)
             return INTERNAL_ERROR
-        status = str(app.status.value if hasattr(app.status, "value") else app.status) if app else "DELETED"
+        status = app.status.value if app else "DELETED"
         if status != seen:
             seen = status
-            print(f"[crucible] application {status}: {_deployment_message() or ''}".rstrip(": "), file=sys.stderr,
-                  flush=True)
+            line = _status_line()
+            print(f"[crucible] application {status}" + (f": {line}" if line else ""), file=sys.stderr, flush=True)
         if app is None:
             return INTERNAL_ERROR
 
 
-def _deployment_message() -> str:
+def _status_message() -> str:
+    """What Serve's status says of the replicas' deployment ("" when there is no status to read)."""
     try:
-        return one_line(RuntimeError(serve.status().applications[APP_NAME].deployments["openai"].message))
-    except Exception:  # noqa: BLE001 - nothing deployed yet
+        return serve.status().applications[APP_NAME].deployments[REPLICAS_NAME].message
+    except Exception:  # noqa: BLE001 - nothing deployed yet, or no cluster
         return ""
+
+
+def _status_line() -> str:
+    message = _status_message()
+    return one_line(RuntimeError(message)) if message else ""
 
 
 def _replica_error(exc: RuntimeError) -> tuple[int, str]:
     """The exit status and one line for a failed deployment: the replicas' load error when they tagged one,
     else the last error line of Serve's status."""
-    try:
-        message = serve.status().applications[APP_NAME].deployments["openai"].message
-    except Exception:  # noqa: BLE001 - no status to read: Serve's own message says what it knows
-        message = str(exc)
+    message = _status_message() or str(exc)  # without a status, Serve's own message says what it knows
     tagged = re.search(rf"{LOAD_ERROR} status=(\d+): (.*)", message)
     if tagged:
         return int(tagged.group(1)), tagged.group(2).strip()
