@@ -23,7 +23,8 @@ def _shard_of(name: str, shards: int) -> int:
     return zlib.crc32(name.encode()) % shards
 
 
-def _prebuild_worker(target: Target, quick: bool, shard: int, shards: int) -> tuple[int, list[str]]:
+def _prebuild_worker(target: Target, quick: bool, shard: int, shards: int,
+                     targets_only: bool = False) -> tuple[int, list[str]]:
     """One worker's dry run. Returns (shard, the graph names it compiled)."""
     built: list[str] = []
 
@@ -33,18 +34,20 @@ def _prebuild_worker(target: Target, quick: bool, shard: int, shards: int) -> tu
             return True
         return False
 
-    bench = KernelBench(target, quick=quick, block_s=1e-4, prebuild=mine)
+    bench = KernelBench(target, quick=quick, block_s=1e-4, prebuild=mine, targets_only=targets_only)
     bench.run(log=lambda _message: None)
     return shard, built
 
 
-def precompile_bench(target: Target, quick: bool, jobs: int, log=print) -> dict[str, object]:
+def precompile_bench(target: Target, quick: bool, jobs: int, log=print,
+                     targets_only: bool = False) -> dict[str, object]:
     """Compiles every graph `KernelBench(target, quick).run()` uses, in `jobs` spawned workers.
 
     Args:
         target: ``cpu`` or ``gpu``.
         quick: The quick benchmark's rows (as the run that follows).
         jobs: Worker processes.
+        targets_only: The targets-only run's rows (KernelBench targets_only).
         log: Progress lines.
 
     Returns:
@@ -56,7 +59,8 @@ def precompile_bench(target: Target, quick: bool, jobs: int, log=print) -> dict[
     # spawn: a forked copy of a process that already runs MAX is not safe.
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-        done = list(pool.map(_prebuild_worker, [target] * jobs, [quick] * jobs, range(jobs), [jobs] * jobs))
+        done = list(pool.map(_prebuild_worker, [target] * jobs, [quick] * jobs, range(jobs), [jobs] * jobs,
+                             [targets_only] * jobs))
     names = sorted(name for _shard, built in done for name in built)
     seconds = time.perf_counter() - start
     log(f"[bench precompile] {len(names)} graphs in {seconds:.1f} s with {jobs} workers")

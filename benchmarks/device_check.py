@@ -4,7 +4,11 @@ Run where a GPU is lent (see README): writes conformance.json, kernels.json/.png
 a log under the output folder, and keeps going past a failing step so one run reports everything it can.
 
     python3 benchmarks/device_check.py OUT [--bench-only | --conformance-only | --attention-only | --models-only
-                                            | --synth-only | --sweep-only]
+                                            | --synth-only | --sweep-only | --targets-only]
+
+`--targets-only` runs only the rows the GPU kernel targets are judged on (KernelBench targets_only:
+bf16 matmul chains at M = 1..4096 against MAX, Q4_0 / Q4_K chains in each read variant, the 4096-key
+decode attention over a deep cache) and prints each target, met or not.
 
 `--models-only` runs benchmarks/device_models.py on the folder `prepare` wrote here (build/device-models,
 carried): parity of whole models in float32 and bfloat16 against transformers' references, then
@@ -85,12 +89,15 @@ def main(out: str) -> int:
 
         from benchmarks.bench_precompile import precompile_bench
         from benchmarks.kernel_report import format_table, write_report
+        from benchmarks.kernel_targets import check_targets
         from benchmarks.kernels import KernelBench
 
         # The graphs compile side by side first; the rows below load them from MAX's cache (or, if
         # that step failed, compile as they go).
-        step("bench_precompile", lambda: precompile_bench("gpu", True, os.cpu_count() or 1))
-        b = KernelBench("gpu", quick=True, block_s=0.03)
+        targets_only = "--targets-only" in sys.argv
+        step("bench_precompile", lambda: precompile_bench("gpu", True, os.cpu_count() or 1,
+                                                          targets_only=targets_only))
+        b = KernelBench("gpu", quick=True, block_s=0.03, targets_only=targets_only)
 
         def log(message: str) -> None:
             print(message, flush=True)
@@ -101,9 +108,13 @@ def main(out: str) -> int:
             rows = attention_only(b, log)
         else:
             rows = b.run(log=log)
+        targets = check_targets(rows, b.extra, "gpu")
         print(format_table(rows), flush=True)
-        write_report(rows, b.extra, [], versions(), out_dir)
-        return b.extra
+        for t in targets:
+            print(f"  {'MET' if t['met'] else 'NOT MET'}: {t['target']}: {t['value']:.3f} (worst {t['worst']:.3f})",
+                  flush=True)
+        write_report(rows, b.extra, targets, versions(), out_dir)
+        return {**b.extra, "targets": targets}
 
     def models():
         from benchmarks.device_models import run as run_models
@@ -163,7 +174,7 @@ def main(out: str) -> int:
         step("models", models)
         step("qualify", qualify_gpu)
     else:
-        if "--bench-only" not in sys.argv and "--attention-only" not in sys.argv:
+        if not any(f in sys.argv for f in ("--bench-only", "--attention-only", "--targets-only")):
             step("conformance", conformance)
         if "--conformance-only" not in sys.argv:
             step("bench", bench)

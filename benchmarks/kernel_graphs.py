@@ -85,28 +85,32 @@ class GraphSet:
         return self.get("qmm_max_q4_0", types,
                         lambda x, w: [ops.qmatmul(QuantizationEncoding.Q4_0, None, x.tensor, w.tensor)])
 
-    def chain(self, system: str, qtype: str, copies: int, k: int, w_shape: tuple[int, int], act: str = "f32"):
-        """`copies` matmuls in sequence, as a model's layers run them: x_0 [1, k] is the input,
-        y_i = x_i @ W_i^T [1, n] with W_i a distinct buffer (one input each), and x_{i+1} is y_i cut or
-        repeated to k columns (a MAX slice, plus a concat when n < k; the same glue for every system).
-        One output, so a timed execute is `copies` ops reading their weights from memory, with one
-        execute overhead. (Independent ops with one output each measured ~6 us more per op: MAX hands
-        every output back to Python.)
+    def chain(self, system: str, qtype: str, copies: int, k: int, w_shape: tuple[int, int], act: str = "f32",
+              dtype: DType = DType.float32, variant: str = "auto"):
+        """`copies` matmuls in sequence, as a model's layers run them: x_0 [m, k] is the input (m
+        symbolic), y_i = x_i @ W_i^T [m, n] with W_i a distinct buffer (one input each), and x_{i+1} is
+        y_i cut or repeated to k columns (a MAX slice, plus a concat when n < k; the same glue for every
+        system). One output, so a timed execute is `copies` ops reading their weights from memory, with
+        one execute overhead. (Independent ops with one output each measured ~6 us more per op: MAX
+        hands every output back to Python.)
 
         system: "crucible" (crucible.qmatmul for a block qtype, crucible.matmul for "f32") or "max"
-        (ops.matmul, qtype "f32" only). w_shape: each W_i's array shape ([n, k] floats or [n, row bytes]).
-        act: crucible.qmatmul's activation variant ("f32" or "q8").
+        (ops.matmul, qtype "f32" only). qtype "f32" means float weights of `dtype`. w_shape: each W_i's
+        array shape ([n, k] floats or [n, row bytes]). act: crucible.qmatmul's activation variant ("f32"
+        or "q8"). dtype: x's (and float weights') dtype: float32, or bfloat16 on GPU. variant:
+        crucible.matmul's or crucible.qmatmul's variant parameter.
         """
-        f32 = DType.float32
         n = w_shape[0]
-        wdt = f32 if qtype == "f32" else DType.uint8
-        types = [TensorType(f32, [1, k], device=self.ref)] + [
+        wdt = dtype if qtype == "f32" else DType.uint8
+        types = [TensorType(dtype, ["m", k], device=self.ref)] + [
             TensorType(wdt, list(w_shape), device=self.ref) for _ in range(copies)]
 
         def one(x, w):
             if system == "max":
                 return ops.matmul(x, ops.transpose(w, 0, 1))
-            return K.matmul(x, w) if qtype == "f32" else K.qmatmul(x, w, n, k, qtype, act)
+            if qtype == "f32":
+                return K.matmul(x, w, variant)
+            return K.qmatmul(x, w, n, k, qtype, act, variant)
 
         def to_k(y):
             if n < k:
@@ -119,7 +123,7 @@ class GraphSet:
                 x = to_k(one(x, w.tensor))
             return [x]
 
-        return self.get(f"chain_{system}_{qtype}_{act}_{copies}_{k}_{n}", types, build)
+        return self.get(f"chain_{system}_{qtype}_{act}_{variant}_{dtype}_{copies}_{k}_{n}", types, build)
 
     def rmsnorm(self, system: str, dtype: DType):
         types = [TensorType(dtype, ["t", "h"], device=self.ref), TensorType(dtype, ["h"], device=self.ref)]
@@ -194,26 +198,31 @@ class GraphSet:
             rope_ragged(x.tensor, o.tensor, s.tensor, ops.cast(f.tensor, dtype), interleaved=False)])
 
     def attention(self, system: str, kv_params, n_heads: int):
-        """Paged attention over MAX's KV cache inputs (layer 0 of a 1-layer cache)."""
+        """Paged attention over MAX's KV cache inputs: one op per layer of the cache, in sequence (the
+        output of layer i is the query of layer i + 1, as a model's layers run them), so a decode row
+        can read a cache larger than the GPU's L2 within one execute."""
         from max import tree
         from max.nn.attention import MHAMaskVariant
         from max.nn.kernels import flash_attention_ragged
 
-        dtype, d = kv_params.dtype, kv_params.head_dim
+        dtype, d, layers = kv_params.dtype, kv_params.head_dim, kv_params.num_layers
         flat, _ = tree.flatten(kv_params.get_symbolic_inputs())
         types = [TensorType(dtype, ["t", n_heads, d], device=self.ref),
                  TensorType(DType.uint32, ["b1"], device=self.ref), *flat]
 
         def build(q, offs, *kv):
             kvc = kv_params.unflatten_kv_inputs(iter(kv))[0]
-            if system == "crucible":
-                return [K.attention_paged(q.tensor, kvc.kv_blocks, offs.tensor, kvc.cache_lengths,
-                                          kvc.lookup_table, 0)]
-            layer = ops.constant(0, DType.uint32, device=DeviceRef.CPU())
-            return [flash_attention_ragged(kv_params, q.tensor, offs.tensor, kvc, layer,
-                                           MHAMaskVariant.CAUSAL_MASK, d ** -0.5)]
+            x = q.tensor
+            for i in range(layers):
+                if system == "crucible":
+                    x = K.attention_paged(x, kvc.kv_blocks, offs.tensor, kvc.cache_lengths, kvc.lookup_table, i)
+                else:
+                    layer = ops.constant(i, DType.uint32, device=DeviceRef.CPU())
+                    x = flash_attention_ragged(kv_params, x, offs.tensor, kvc, layer,
+                                               MHAMaskVariant.CAUSAL_MASK, d ** -0.5)
+            return [x]
 
-        return self.get(f"attn_{system}_{dtype}_{kv_params.n_kv_heads}_{d}_{n_heads}", types, build)
+        return self.get(f"attn_{system}_{dtype}_{kv_params.n_kv_heads}_{d}_{n_heads}_{layers}", types, build)
 
     def overhead_chain(self, copies: int, parallel: bool):
         """`copies` crucible.overhead_probe ops in sequence (each adds 1 to the previous output)."""

@@ -66,7 +66,9 @@ def _t(name: str, values: tuple[float, float], need: float, **more: object) -> d
 
 
 def check_targets(rows: list[Row], extra: dict[str, float | str], target: str) -> list[dict[str, object]]:
-    """The kernel issue's speed targets (CPU), each with the measured value and met / not met."""
+    """The kernel issues' speed targets, each with the measured value and met / not met."""
+    if target == "gpu":
+        return _met(gpu_targets(rows, extra))
     if target != "cpu":
         return []
 
@@ -117,6 +119,44 @@ def check_targets(rows: list[Row], extra: dict[str, float | str], target: str) -
             out.append(_t("decode attention 4096 cached, 32/8 heads, D=128 >= 50% of read bandwidth",
                           _share(r, ceiling), 0.5, ceiling_gbps=ceiling))
             break
+    return _met(out)
+
+
+def _met(out: list[dict[str, object]]) -> list[dict[str, object]]:
     for t in out:
         t["met"] = bool(min(t["value"], t["worst"]) >= t["need"])
+    return out
+
+
+def _bf16(row: Row) -> bool:
+    """A bf16 row: the benchmark writes str(DType.bfloat16), "DType.bfloat16"."""
+    return row.dtype.removeprefix("DType.") == "bfloat16"
+
+
+def gpu_targets(rows: list[Row], extra: dict[str, float | str]) -> list[dict[str, object]]:
+    """The GPU issue's kernel targets (item 4), on the chain rows of KernelBench.gpu_chain_rows and
+    the decode attention row; bandwidth shares are against the run's best 16-byte-vector probe."""
+    out = []
+    bw = max(extra.get("read_bandwidth_gbps", 0.0), extra.get("read_ceiling_gbps", 0.0))
+    mm = {r.shape["M"]: r for r in rows if r.op == "matmul" and r.variant == "chain" and _bf16(r)}
+    for m, r in sorted(mm.items()):
+        k, n = r.shape["K"], r.shape["N"]
+        what, need = (("GEMV", 0.9) if m == 1 else ("batched decode", 0.8) if m <= 64 else ("GEMM", 0.7))
+        out.append(_t(f"bf16 {what} M={m} K={k} N={n} >= {need}x MAX (chain)", _speedup(r, "max", r), need))
+    gemv = mm.get(1)
+    for r in rows:
+        if r.op == "qmatmul" and r.variant.startswith("chain:") and _bf16(r):
+            _, q, variant = r.variant.split(":")
+            ceiling = _ceiling(r, bw)
+            out.append(_t(f"{q} [{variant}] M=1 K={r.shape['K']} N={r.shape['N']} >= 60% of read bandwidth (chain)",
+                          _share(r, ceiling), 0.6, ceiling_gbps=ceiling))
+            if gemv is not None:
+                out.append(_t(f"{q} [{variant}] M=1 >= 2.5x our bf16 GEMV (chain)",
+                              _speedup(gemv, "crucible", r), 2.5))
+    for r in rows:
+        if r.op == "attention_paged" and r.shape.get("cached") == 4096 and r.shape.get("Hq") == 32:
+            ceiling = _ceiling(r, bw)
+            out.append(_t("paged decode attention 4096 cached, 32/8 heads, D=128 >= 60% of read bandwidth",
+                          _share(r, ceiling), 0.6, ceiling_gbps=ceiling))
+            break
     return out

@@ -57,7 +57,7 @@ def matmul(x: TensorValue, w: TensorValue, variant: MatmulVariant = "auto") -> T
 
 
 def qmatmul(x: TensorValue, wq: TensorValue, n_out: int, k_in: int, qtype: QType,
-            act: ActQuant = "f32") -> TensorValue:
+            act: ActQuant = "f32", variant: str = "auto") -> TensorValue:
     """y = x @ dequant(wq)^T with wq holding GGUF blocks byte for byte.
 
     Args:
@@ -70,6 +70,8 @@ def qmatmul(x: TensorValue, wq: TensorValue, n_out: int, k_in: int, qtype: QType
             decode path (M <= 32) and uses integer dot products (kernels/qdot_int8.mojo), for the
             formats of Q8_ACT_QTYPES; the others always use "f32" (the model's load line and
             provenance name them: CrucibleModel.float_activation_types).
+        variant: How a GPU warp reads its weight row: "auto", "lanes" or "staged"
+            (kernels/qmatmul_gpu.mojo); "auto" only on CPU.
 
     Returns:
         [M, N] in x's dtype.
@@ -81,11 +83,13 @@ def qmatmul(x: TensorValue, wq: TensorValue, n_out: int, k_in: int, qtype: QType
         raise ValueError(f"{qtype}: weight bytes {list(wq.shape)} do not hold [{n_out}, {k_in}]")
     if act not in ("f32", "q8"):
         raise ValueError(f"act must be 'f32' or 'q8', got {act!r}")
+    if variant not in ("auto", "lanes", "staged") or (variant != "auto" and not _device(x).is_gpu()):
+        raise ValueError(f"qmatmul variant must be 'auto' (CPU) or auto/lanes/staged (GPU), got {variant!r}")
     if qtype not in Q8_ACT_QTYPES or _device(x).is_gpu():
         act = "f32"  # the int8 path exists for these formats on CPU; the op asserts the same
     out = TensorType(x.dtype, [x.shape[0], n_out], device=_device(x))
     return ops.custom("crucible.qmatmul", _device(x), [x, wq], [out],
-                      parameters={"qtype": qtype, "act": act})[0].tensor
+                      parameters={"qtype": qtype, "act": act, "variant": variant})[0].tensor
 
 
 def embedding(ids: TensorValue, table: TensorValue, hidden: int, qtype: str,

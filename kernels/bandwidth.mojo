@@ -1,4 +1,5 @@
-# crucible.read_bandwidth: sums a float32 vector with plain vector loads, in 4 MB chunks over the cores.
+# crucible.read_bandwidth: sums a float32 vector with plain vector loads, in 4 MB chunks over the cores
+# (CPU) or in 16-byte vectors per thread (GPU).
 # The benchmark times it on a buffer several times the last-level cache to measure the machine's read
 # bandwidth in the same run as the kernels, the ceiling for memory-bound rows (GEMV, qmatmul, decode
 # attention). The sum is returned so the loads cannot be elided.
@@ -14,15 +15,20 @@ from .common import F32, FW, Ptr, ceil_div, parallel_for, scratch
 
 
 def _sum_kernel(result: Ptr[F32], x: Ptr[F32], n: Int64):
-    # Each block of 1024 threads sums 64K elements (coalesced) and adds its total atomically.
+    # Each block of 1024 threads sums 64K elements in 16-byte vectors (coalesced: consecutive threads
+    # read consecutive vectors) and adds its total atomically. x's base is 16-byte aligned (launch).
     var tid = Int(thread_idx.x)
     var base = Int(block_idx.x) * 65536
-    var acc = Float32(0)
-    for i in range(64):
-        var idx = base + i * 1024 + tid
-        if idx < Int(n):
-            acc += x[unsafe_offset=idx]
-    var total = block_sum[block_size=1024, broadcast=False](acc)
+    var acc = SIMD[F32, 4](0)
+    for i in range(16):
+        var idx = base + (i * 1024 + tid) * 4
+        if idx + 4 <= Int(n):
+            acc += x.unsafe_offset(idx).unsafe_load[width=4, alignment=16](0)
+        else:
+            for j in range(4):
+                if idx + j < Int(n):
+                    acc[j] += x[unsafe_offset=idx + j]
+    var total = block_sum[block_size=1024, broadcast=False](acc.reduce_add())
     if tid == 0:
         _ = Atomic.fetch_add(result, total)
 
@@ -77,5 +83,7 @@ struct ReadBandwidth:
         comptime if target == "cpu":
             op[unsafe_offset=0] = read_sum_cpu(xp, n, ctx)
         else:
+            if Int(xp) % 16 != 0:
+                raise Error("crucible.read_bandwidth on GPU: x must start 16-byte aligned")
             ctx.enqueue_memset(DeviceBuffer[F32](ctx, op, 1, owning=False), 0)
             ctx.enqueue_function[_sum_kernel](op, xp, Int64(n), grid_dim=ceil_div(n, 65536), block_dim=1024)

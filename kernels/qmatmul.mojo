@@ -11,6 +11,7 @@
 #          block dot products (qdot_int8.mojo), as llama.cpp does: faster, with its own error bound.
 #          Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 only, CPU only; prefill (M > 32) stays float32. (Q5_0 is
 #          most of a Q4_K_M file's tensors.)
+#   variant GPU: "auto" | "lanes" | "staged" (qmatmul_gpu.mojo: how a warp reads its row); CPU: "auto".
 # CPU: qgemv for M <= 32, decode-into-panel GEMM above (qmatmul_cpu.mojo). GPU: qmatmul_gpu.mojo.
 # x and y are float32 on CPU; on GPU they may be float32 or bfloat16 (accumulation is fp32).
 
@@ -27,7 +28,7 @@ from .quant import block_values, row_bytes_of
 @extensibility.register("crucible.qmatmul")
 struct QMatmul:
     @staticmethod
-    def execute[target: StaticString, qtype: StaticString, act: StaticString = "f32"](
+    def execute[target: StaticString, qtype: StaticString, act: StaticString = "f32", variant: StaticString = "auto"](
         y: OutputTensor[rank=2, ...],
         x: InputTensor[dtype=y.dtype, rank=2, ...],
         w: InputTensor[dtype=DType.uint8, rank=2, ...],
@@ -46,6 +47,7 @@ struct QMatmul:
             (qtype == "q4_0" or qtype == "q4_1" or qtype == "q5_0" or qtype == "q5_1" or qtype == "q8_0")
             and target == "cpu"
         ), "act=q8: Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 on CPU only"
+        comptime assert variant == "auto" or target != "cpu", "crucible.qmatmul on CPU: variant is auto"
         if M == 0 or N == 0:
             return
         comptime if target == "cpu":
@@ -55,4 +57,5 @@ struct QMatmul:
                 rebind[BytePtr](w.unsafe_ptr()), M, N, K, ctx,
             )
         else:
-            qmatmul_gpu[y.dtype, qtype](y.unsafe_ptr(), x.unsafe_ptr(), rebind[BytePtr](w.unsafe_ptr()), M, N, K, ctx)
+            qmatmul_gpu[y.dtype, qtype, variant](
+                y.unsafe_ptr(), x.unsafe_ptr(), rebind[BytePtr](w.unsafe_ptr()), M, N, K, ctx)

@@ -2,7 +2,13 @@
 # GPU device check, run ON the lent GPU machine after the MAX stage parts
 # (../shared/device/stage-max.sh) were copied to /tmp/stage, from the repository root, with the
 # prebuilt kernel package (build/) and the gguf wheel (.whl/) carried along. Writes to $OUT (or ./device-out).
-#   bash scripts/device_check.sh [--bench-only | --conformance-only | --attention-only | --models-only]
+#   bash scripts/device_check.sh [--bench-only | --conformance-only | --attention-only | --models-only
+#                                 | --targets-only | --synth-only | --sweep-only]
+# Next device session, in this order (each step writes to $OUT as it goes; stop where the time ends):
+#   1. --models-only   the first models ever on a GPU: parity f32/bf16, serve over HTTP, qualify;
+#   2. --conformance-only   the grid, now with qmatmul's `staged` read variant beside "auto";
+#   3. --targets-only  the item-4 kernel targets as 4x-L2 chains (docs/gpu.md), lanes vs staged;
+#   4. --synth-only, then --sweep-only   the 8B-shaped sweep against max serve.
 # --models-only (whole models in float32 and bf16, then `crucible serve --devices gpu`) needs
 # build/device-models carried: `python -m benchmarks.device_models prepare build/device-models` here
 # (15 MB; add --smollm2 and carry SmolLM2's GGUF apart to include it), and for the serve step the

@@ -22,10 +22,14 @@ K_QTYPES = ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k")
 # (qgemv_groups.mojo) take groups of 4 blocks in sets of 4 groups, then lone blocks: 160 is a set with
 # 1 of its 4 groups and a lone block, 288 (9) a set with 2 and a lone block, 480 a set with 3 and 3
 # lone blocks, 576 one whole set and 2 lone blocks, 1536 and 4096 whole sets only.
-QMATMUL_KN = ((576, 1536), (1536, 576), (64, 33), (96, 40), (160, 7), (288, 17), (480, 24), (4096, 96))
+# 2080 (65 blocks): the GPU `staged` read copies 64 blocks per step, so a full step, then a short one
+# from a row start that is not 16-byte aligned (Q4_0 rows of 1170 bytes).
+QMATMUL_KN = ((576, 1536), (1536, 576), (64, 33), (96, 40), (160, 7), (288, 17), (480, 24), (4096, 96),
+              (2080, 33))
 # K-quants: K is a multiple of their 256-value super-block; 256 is one super-block, 768 three, 1536
-# SmolLM2's MLP width; odd and small N.
-QMATMUL_KN_K = ((768, 577), (256, 33), (1536, 7), (512, 96))
+# SmolLM2's MLP width, 2304 nine (staged: a full step of 8 super-blocks, then one; Q6_K rows of 1890
+# bytes); odd and small N.
+QMATMUL_KN_K = ((768, 577), (256, 33), (1536, 7), (512, 96), (2304, 33))
 
 
 def qmatmul_shapes(qtype: str) -> list[tuple[int, int, int]]:
@@ -92,9 +96,13 @@ def qmatmul_acts(h: Harness, qtype: str) -> tuple[str, ...]:
     return ("f32", "q8") if h.target == "cpu" and qtype in Q8_ACT_QTYPES else ("f32",)
 
 
+# GPU read variants beyond "auto" (lanes today), each one more output of the same graph.
+QMATMUL_GPU_VARIANTS = ("staged",)
+
+
 def qmatmul_graph(h: Harness, qtype: str):
     """qmatmul for one block format, symbolic in M, N and the row bytes; one output per activation
-    variant (qmatmul_acts)."""
+    variant (qmatmul_acts), then on GPU one per read variant (QMATMUL_GPU_VARIANTS)."""
     from max.dtype import DType
     from max.graph import TensorType, ops
 
@@ -103,8 +111,12 @@ def qmatmul_graph(h: Harness, qtype: str):
     def build(x, w):
         n_out = w.tensor.shape[0]
         out_type = TensorType(f32, [x.tensor.shape[0], n_out], device=h.ref)
-        return [ops.custom("crucible.qmatmul", h.ref, [x.tensor, w.tensor], [out_type],
-                           parameters={"qtype": qtype, "act": act})[0].tensor for act in qmatmul_acts(h, qtype)]
+        def op(act: str, variant: str):
+            return ops.custom("crucible.qmatmul", h.ref, [x.tensor, w.tensor], [out_type],
+                              parameters={"qtype": qtype, "act": act, "variant": variant})[0].tensor
+
+        variants = QMATMUL_GPU_VARIANTS if h.target == "gpu" else ()
+        return [op(act, "auto") for act in qmatmul_acts(h, qtype)] + [op("f32", v) for v in variants]
 
     return h.model(f"qmatmul_{qtype}", [TensorType(f32, ["m", "k"], device=h.ref),
                                         TensorType(DType.uint8, ["n", "kb"], device=h.ref)], build)
@@ -131,7 +143,11 @@ def check_qmatmul(h: Harness, qtype: str) -> list[CaseResult]:
         bound = dot_bound(x, _magnitude(wq, wd, qtype), ref, False)
         out.append(result(h, "crucible.qmatmul", qtype, "float32", f"M={m} K={k} N={n}",
                           error_ratio(np.abs(y - ref), bound), 1.0))
-        if len(ys) > 1 and m <= 32:  # act=q8 changes only the decode path (M <= 32)
+        if h.target == "gpu":
+            for variant, yv in zip(QMATMUL_GPU_VARIANTS, ys[1:]):
+                out.append(result(h, "crucible.qmatmul", f"{qtype}:{variant}", "float32", f"M={m} K={k} N={n}",
+                                  error_ratio(np.abs(yv - ref), bound), 1.0))
+        elif len(ys) > 1 and m <= 32:  # act=q8 changes only the decode path (M <= 32)
             xq = R.quantize_activations_q8(x)
             ref_q = xq @ wd.T
             out.append(result(h, "crucible.qmatmul", qtype + ":act=q8", "int8 x",
@@ -145,7 +161,12 @@ def check_qmatmul(h: Harness, qtype: str) -> list[CaseResult]:
             misread = error_ratio(np.abs(y - wrong), dot_bound(x, _magnitude(wq, wd, qtype), wrong, False))
             out.append(result(h, "crucible.qmatmul", qtype + ":misread-layout-is-detected", "float32",
                               f"M={m} K={k} N={n}", 1.0 / max(misread, 1e-30), 1.0))
-            if len(ys) > 1:  # the int8 path reads the layout with its own code: its own control
+            if h.target == "gpu":  # each read variant reads the layout with its own loads
+                for variant, yv in zip(QMATMUL_GPU_VARIANTS, ys[1:]):
+                    misread = error_ratio(np.abs(yv - wrong), dot_bound(x, _magnitude(wq, wd, qtype), wrong, False))
+                    out.append(result(h, "crucible.qmatmul", f"{qtype}:{variant}:misread-layout-is-detected",
+                                      "float32", f"M={m} K={k} N={n}", 1.0 / max(misread, 1e-30), 1.0))
+            elif len(ys) > 1:  # the int8 path reads the layout with its own code: its own control
                 xq = R.quantize_activations_q8(x)
                 wrong_q = xq @ R.dequantize_halves_swapped(wq, qtype, n, k).T
                 misread = error_ratio(np.abs(ys[1] - wrong_q), dot_bound(xq, _magnitude(wq, wd, qtype), wrong_q, False))

@@ -63,3 +63,21 @@ def test_prebuild_compiles_only_the_accepted_graphs_and_runs_none(graphs) -> Non
     assert isinstance(compiled, NotRun) and isinstance(skipped, NotRun)
     assert asked == ["read_bandwidth", "empty"]
     assert compiled.execute(np.ones(4, np.float32)) == []
+
+
+@pytest.mark.parametrize("m", [1, 3])
+def test_chain_runs_every_op_in_order(graphs, m: int) -> None:
+    """GraphSet.chain (the chain rows, and the GPU target rows at every M): x_{i+1} = x_i @ W_i^T
+    through distinct weights, cut to K columns; here N = 48 < K = 64, so the glue repeats y first."""
+    from max.driver import Buffer
+
+    rng = np.random.default_rng(m)
+    k, n = 64, 48
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    ws = [(rng.standard_normal((n, k)) / 8).astype(np.float32) for _ in range(3)]
+    y = graphs.chain("crucible", "f32", 3, k, (n, k)).execute(*[Buffer.from_numpy(a) for a in (x, *ws)])[0].to_numpy()
+    ref = x.astype(np.float64)
+    for w in ws:
+        ref = np.concatenate([ref @ w.T] * 2, axis=1)[:, :k]
+    assert y.shape == (m, k)
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
