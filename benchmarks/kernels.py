@@ -334,7 +334,8 @@ class KernelBench:
         than a 4096 x 4096 GEMV reads in, so a one-op row would time the overhead. Each chain streams
         4x the L2 in distinct weight copies within one execute; times are per op.
 
-        bf16 matmul at every M of GPU_CHAIN_M, ours ("auto", what models run) against MAX's; then
+        bf16 matmul at every M of GPU_CHAIN_M, ours ("auto", what models run) against MAX's, and for
+        M > 8 our opt-in tensor_core_vec as a third system; then
         crucible.qmatmul with bf16 activations at M = 1 for each format and read variant.
         """
         from max.dtype import DType
@@ -344,16 +345,20 @@ class KernelBench:
         x1 = self._cast(self.rng.standard_normal((1, k)).astype(np.float32))
         ops_n, arg_sets, distinct = self._chain_sets(x1, w, cast=True)
         graphs = {s: self.graphs.chain(s, "f32", ops_n, k, (n, k), dtype=bf16) for s in ("crucible", "max")}
+        # The opt-in tiles with vector fills (kernels/matmul_gpu.mojo), beside "auto" where auto tiles.
+        vec = self.graphs.chain("crucible", "f32", ops_n, k, (n, k), dtype=bf16, variant="tensor_core_vec")
         for m in GPU_CHAIN_M:
             xb = self._cast(self.rng.standard_normal((m, k)).astype(np.float32))
             sets = [[xb, *a[1:]] for a in arg_sets]
             systems = {s: self._cycle(g, sets) for s, g in graphs.items()}
+            if m > 8:
+                systems["tensor_core_vec"] = self._cycle(vec, sets)
             raw, ceiling = self._time_with_ceiling(systems) if m == 1 else (self._time(systems), 0.0)
             row = Row("matmul", "target", {"M": m, "K": k, "N": n, "copies": ops_n}, "chain", str(bf16),
                       self.target, 2.0 * m * k * n, float(2 * (n * k + m * k + m * n)), ceiling_gbps=ceiling,
                       rotated=distinct)
             self.rows.append(row.fill(_per_op(raw, ops_n)))
-        del arg_sets, graphs
+        del arg_sets, graphs, vec
         from crucible.conformance.matmul_checks import quantized_weights
 
         for qtype in GPU_CHAIN_QTYPES:

@@ -34,7 +34,7 @@ QUANT_BLOCKS: dict[str, tuple[int, int]] = {
 Q8_ACT_QTYPES = frozenset({"q4_0", "q4_1", "q5_0", "q5_1", "q8_0"})
 QType = Literal["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "f16", "bf16"]
 ActQuant = Literal["f32", "q8"]
-MatmulVariant = Literal["auto", "gemv", "gemm", "tiled", "tensor_core"]
+MatmulVariant = Literal["auto", "gemv", "gemm", "tiled", "tensor_core", "tensor_core_vec"]
 
 
 def _device(*values: TensorValue) -> DeviceRef:
@@ -47,7 +47,7 @@ def matmul(x: TensorValue, w: TensorValue, variant: MatmulVariant = "auto") -> T
     Args:
         x: [M, K] activations.
         w: [N, K] weights (nn.Linear layout).
-        variant: CPU ``auto|gemv|gemm``; GPU ``auto|tiled|tensor_core|gemv``.
+        variant: CPU ``auto|gemv|gemm``; GPU ``auto|tiled|tensor_core|tensor_core_vec|gemv``.
 
     Returns:
         [M, N] in x's dtype.

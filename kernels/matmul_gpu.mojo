@@ -8,6 +8,10 @@
 #                each warp a 32x32 sub-tile of 2x4 mma tiles; K staged through shared memory 32 at a
 #                time; fragments gathered in the PTX register layout. NVIDIA only (sm_80+): on HIP
 #                "auto" runs tiled and an explicit tensor_core request is an error.
+#   tensor_core_vec  tensor_core whose tiles are filled with 16-byte vector loads (8 elements, K % 8 == 0
+#                and aligned bases, else element by element), the next K step's loaded into registers
+#                while this step's mma run. tensor_core issues 16 two-byte loads per thread per step and
+#                waits for them. Opt-in until timed on a GPU (compiled, not yet run).
 #   gemv         one warp per weight row and per group of up to 8 rows of x: lanes read the row in
 #                16-byte vectors, coalesced, and the warp reduces. For decode each weight is read once
 #                and every SM has rows to stream; a 64x64 tile would leave 63 of its 64 rows idle.
@@ -79,21 +83,37 @@ def _matmul_tiled_kernel[dtype: DType](
                 y[unsafe_offset=r * n_ + c] = acc[i * 4 + j].cast[dtype]()
 
 
-def _matmul_tc_kernel[dtype: DType](
+def _matmul_tc_kernel[dtype: DType, VFILL: Bool](
     y: Ptr[dtype], x: Ptr[dtype], w: Ptr[dtype], M: Int32, N: Int32, K: Int32
 ):
     comptime if is_nvidia_gpu():
-        _matmul_tc_body(y, x, w, M, N, K)
+        _matmul_tc_body[dtype, VFILL](y, x, w, M, N, K)
 
 
 @always_inline
-def _matmul_tc_body[dtype: DType](
+def _tc_fill[dtype: DType](
+    src: Ptr[dtype], row0: Int, rows: Int, k0: Int, k_: Int, tid: Int
+) -> Array[SIMD[dtype, 8], 2]:
+    """tensor_core_vec: this thread's two 8-element vectors of a 64 x 32 tile (4 vectors per row),
+    zero past the matrix; K % 8 == 0 and 16-byte aligned bases (checked at launch)."""
+    var out = Array[SIMD[dtype, 8], 2](fill=SIMD[dtype, 8](0))
+    comptime for e in range(2):
+        var idx = tid + e * 128
+        var r = idx // 4
+        var kk = (idx % 4) * 8
+        if row0 + r < rows and k0 + kk < k_:
+            out[e] = src.unsafe_load[width=8, alignment=16]((row0 + r) * k_ + k0 + kk)
+    return out^
+
+
+@always_inline
+def _matmul_tc_body[dtype: DType, VFILL: Bool](
     y: Ptr[dtype], x: Ptr[dtype], w: Ptr[dtype], M: Int32, N: Int32, K: Int32
 ):
     # 128 threads = 4 warps; warp wid owns rows (wid // 2) * 32 + [0, 32), columns (wid % 2) * 32 + [0, 32).
     comptime LD = TK_TC + SMEM_PAD
-    var xs = stack_allocation[TILE * LD, Scalar[dtype], address_space=AddressSpace.SHARED]()
-    var ws = stack_allocation[TILE * LD, Scalar[dtype], address_space=AddressSpace.SHARED]()
+    var xs = stack_allocation[TILE * LD, Scalar[dtype], address_space=AddressSpace.SHARED, alignment=16]()
+    var ws = stack_allocation[TILE * LD, Scalar[dtype], address_space=AddressSpace.SHARED, alignment=16]()
     var tid = Int(thread_idx.x)
     var lane = Int(lane_id())
     var wid = tid // 32
@@ -107,22 +127,39 @@ def _matmul_tc_body[dtype: DType](
     var n_ = Int(N)
     var k_ = Int(K)
     var acc = Array[SIMD[F32, 4], 8](fill=SIMD[F32, 4](0))
+    # tensor_core_vec: the next K step's vectors are loaded into registers while this step's mma run.
+    var xr = Array[SIMD[dtype, 8], 2](fill=SIMD[dtype, 8](0))
+    var wr = Array[SIMD[dtype, 8], 2](fill=SIMD[dtype, 8](0))
+    comptime if VFILL:
+        xr = _tc_fill(x, m0, m_, 0, k_, tid)
+        wr = _tc_fill(w, n0, n_, 0, k_, tid)
     var k0 = 0
     while k0 < k_:
-        # 64 x 32 elements per operand, 16 per thread, row-major s[row * LD + k].
-        for e in range(16):
-            var idx = tid + e * 128
-            var r = idx // TK_TC
-            var kk = idx % TK_TC
-            var xv = Scalar[dtype](0)
-            var wv = Scalar[dtype](0)
-            if m0 + r < m_ and k0 + kk < k_:
-                xv = x[unsafe_offset=(m0 + r) * k_ + k0 + kk]
-            if n0 + r < n_ and k0 + kk < k_:
-                wv = w[unsafe_offset=(n0 + r) * k_ + k0 + kk]
-            xs[unsafe_offset=r * LD + kk] = xv
-            ws[unsafe_offset=r * LD + kk] = wv
-        barrier()
+        comptime if VFILL:
+            comptime for e in range(2):
+                var idx = tid + e * 128
+                var off = (idx // 4) * LD + (idx % 4) * 8
+                xs.unsafe_offset(off).unsafe_store[alignment=16](0, xr[e])
+                ws.unsafe_offset(off).unsafe_store[alignment=16](0, wr[e])
+            barrier()
+            if k0 + TK_TC < k_:
+                xr = _tc_fill(x, m0, m_, k0 + TK_TC, k_, tid)
+                wr = _tc_fill(w, n0, n_, k0 + TK_TC, k_, tid)
+        else:
+            # 64 x 32 elements per operand, 16 per thread, row-major s[row * LD + k].
+            for e in range(16):
+                var idx = tid + e * 128
+                var r = idx // TK_TC
+                var kk = idx % TK_TC
+                var xv = Scalar[dtype](0)
+                var wv = Scalar[dtype](0)
+                if m0 + r < m_ and k0 + kk < k_:
+                    xv = x[unsafe_offset=(m0 + r) * k_ + k0 + kk]
+                if n0 + r < n_ and k0 + kk < k_:
+                    wv = w[unsafe_offset=(n0 + r) * k_ + k0 + kk]
+                xs[unsafe_offset=r * LD + kk] = xv
+                ws[unsafe_offset=r * LD + kk] = wv
+            barrier()
         comptime for ks in range(TK_TC // 8):
             var kb = ks * 8 + t * 2
             var a = Array[SIMD[dtype, 4], 2](fill=SIMD[dtype, 4](0))
@@ -198,12 +235,13 @@ def matmul_gpu[dtype: DType, variant: StaticString](
     y: Ptr[dtype], x: Ptr[dtype], w: Ptr[dtype], M: Int, N: Int, K: Int, ctx: DeviceContext
 ) raises:
     """Launches the GPU variant; "auto" is gemv for M <= 8, else tensor_core for bf16/fp16, else tiled."""
-    comptime use_tc = variant == "tensor_core" or (
+    comptime vec = variant == "tensor_core_vec"
+    comptime use_tc = variant == "tensor_core" or vec or (
         variant == "auto" and (dtype == DType.bfloat16 or dtype == DType.float16)
     )
-    comptime assert variant == "auto" or variant == "tiled" or variant == "tensor_core" or variant == "gemv", (
-        "crucible.matmul on GPU: variant must be auto, tiled, tensor_core or gemv"
-    )
+    comptime assert (
+        variant == "auto" or variant == "tiled" or variant == "tensor_core" or vec or variant == "gemv"
+    ), "crucible.matmul on GPU: variant must be auto, tiled, tensor_core, tensor_core_vec or gemv"
     if variant == "gemv" or (variant == "auto" and M <= GEMV_MGROUP):
         # 16-byte vectors need K and both base addresses to keep every row start 16-byte aligned.
         comptime VEC = 16 // size_of[dtype]()
@@ -224,11 +262,18 @@ def matmul_gpu[dtype: DType, variant: StaticString](
             "tensor_core matmul takes bf16 or fp16"
         )
         if nvidia:
-            ctx.enqueue_function[_matmul_tc_kernel[dtype]](
-                y, x, w, Int32(M), Int32(N), Int32(K), grid_dim=grid, block_dim=128
-            )
+            # tensor_core_vec's 16-byte loads need K % 8 == 0 and 16-byte aligned bases; otherwise it
+            # fills element by element as tensor_core does (same kernel, same result).
+            if vec and K % 8 == 0 and Int(x) % 16 == 0 and Int(w) % 16 == 0:
+                ctx.enqueue_function[_matmul_tc_kernel[dtype, True]](
+                    y, x, w, Int32(M), Int32(N), Int32(K), grid_dim=grid, block_dim=128
+                )
+            else:
+                ctx.enqueue_function[_matmul_tc_kernel[dtype, False]](
+                    y, x, w, Int32(M), Int32(N), Int32(K), grid_dim=grid, block_dim=128
+                )
             return
-        comptime if variant == "tensor_core":
+        comptime if variant == "tensor_core" or vec:
             raise Error("crucible.matmul: the tensor_core variant needs an NVIDIA GPU (mma.sync); use tiled")
     ctx.enqueue_function[_matmul_tiled_kernel[dtype]](
         y, x, w, Int32(M), Int32(N), Int32(K), grid_dim=grid, block_dim=256

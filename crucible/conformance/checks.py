@@ -25,7 +25,7 @@ from crucible.conformance.tolerance import U32, UBF16, error_ratio
 # dtype: {target: {dtype: variants}}.
 MATMUL_VARIANTS = {
     "cpu": {"float32": ("auto", "gemm", "gemv")},
-    "gpu": {"float32": ("tiled", "gemv"), "bfloat16": ("auto", "tiled", "tensor_core", "gemv")},
+    "gpu": {"float32": ("tiled", "gemv"), "bfloat16": ("auto", "tiled", "tensor_core", "tensor_core_vec", "gemv")},
 }
 
 __all__ = [

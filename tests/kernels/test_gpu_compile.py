@@ -18,7 +18,7 @@ from crucible.core.proc import child_env
 
 EXPECTED_GRAPHS = {f"qmatmul_{q}" for q in QTYPES} | {
     f"attention_{kind}_{d}" for d in HEAD_DIMS for kind in ("ragged_float32", "ragged_bfloat16", "paged")} | {
-    "matmul_float32_tiled_gemv", "matmul_bfloat16_auto_tiled_tensor_core_gemv", "embedding",
+    "matmul_float32_tiled_gemv", "matmul_bfloat16_auto_tiled_tensor_core_tensor_core_vec_gemv", "embedding",
     "elementwise_float32", "elementwise_bfloat16", "probes",
 } | {f"qkv_rope_write_{d}" for d in (*HEAD_DIMS, 80)}
 
