@@ -2,8 +2,8 @@
 #
 # Parameters:
 #   variant  CPU: "auto" | "gemv" | "gemm"   (matmul_cpu.mojo; auto = gemv for M <= 8)
-#            GPU: "auto" | "tiled" | "tensor_core" | "gemv"   (matmul_gpu.mojo; auto = gemv for M <= 8,
-#                 else tensor_core for bf16/fp16 on NVIDIA, tiled otherwise)
+#            GPU: "auto" | "tiled" | "tensor_core" | "tensor_core_vec" | "gemv"   (matmul_gpu.mojo;
+#                 auto = gemv for M <= 8, else tensor_core for bf16/fp16 on NVIDIA, tiled otherwise)
 # CPU computes in fp32 (MAX runs CPU graphs in float32); GPU takes fp32, bf16 or fp16 with fp32
 # accumulation. Tests force each variant so every path stays covered.
 

@@ -264,14 +264,16 @@ def matmul_gpu[dtype: DType, variant: StaticString](
         if nvidia:
             # tensor_core_vec's 16-byte loads need K % 8 == 0 and 16-byte aligned bases; otherwise it
             # fills element by element as tensor_core does (same kernel, same result).
-            if vec and K % 8 == 0 and Int(x) % 16 == 0 and Int(w) % 16 == 0:
-                ctx.enqueue_function[_matmul_tc_kernel[dtype, True]](
-                    y, x, w, Int32(M), Int32(N), Int32(K), grid_dim=grid, block_dim=128
-                )
-            else:
-                ctx.enqueue_function[_matmul_tc_kernel[dtype, False]](
-                    y, x, w, Int32(M), Int32(N), Int32(K), grid_dim=grid, block_dim=128
-                )
+            # (comptime: "auto" and tensor_core graphs never compile the vector-fill kernel.)
+            comptime if vec:
+                if K % 8 == 0 and Int(x) % 16 == 0 and Int(w) % 16 == 0:
+                    ctx.enqueue_function[_matmul_tc_kernel[dtype, True]](
+                        y, x, w, Int32(M), Int32(N), Int32(K), grid_dim=grid, block_dim=128
+                    )
+                    return
+            ctx.enqueue_function[_matmul_tc_kernel[dtype, False]](
+                y, x, w, Int32(M), Int32(N), Int32(K), grid_dim=grid, block_dim=128
+            )
             return
         comptime if variant == "tensor_core" or vec:
             raise Error("crucible.matmul: the tensor_core variant needs an NVIDIA GPU (mma.sync); use tiled")
