@@ -129,7 +129,7 @@ class KernelBench:
         copies), enough sets to stream the cold bytes (ColdSize.chain); a dry run gets one copy.
         cast: float weights in the target's float dtype (_cast)."""
         make = self._cast if cast else self._buf
-        nbytes = wq.nbytes // 2 if cast and self.target == "gpu" else wq.nbytes
+        nbytes = wq.size * self.float_dtype.size_in_bytes if cast else wq.nbytes
         ops_n, sets = self.cold.chain(nbytes, CHAIN_MAX_OPS)
         bufs = [make(wq) for _ in range(1 if self.dry else ops_n * sets)]
         arg_sets = [[xb, *[bufs[(s * ops_n + i) % len(bufs)] for i in range(ops_n)]] for s in range(sets)]
