@@ -33,7 +33,7 @@ class ModelOptions:
         device: "cpu" or "gpu".
         page_size: KV cache page size in tokens (multiple of 128).
         activations: "q8" quantizes activations to int8 per 32-value block in the CPU decode path (up
-            to 32 rows) of the matmuls over GGUF block weights (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0), as llama.cpp does:
+            to 32 rows) of the matmuls over GGUF block weights (kernel_ops.Q8_ACT_QTYPES), as llama.cpp does:
             faster, with a small extra error; "f32" keeps them float. Float weights always use float.
         tune_threads: On CPU, lower the priority of MAX's runtime threads once they are seen (see
             graphs/cpu_threads.py: busy-waiting workers otherwise delay the thread that drives each step).

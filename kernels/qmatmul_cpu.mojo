@@ -5,7 +5,8 @@
 #          row of its group. The rows: qgemv_rows.mojo (float x; M = 1 Q4_0 / Q4_1 take
 #          qgemv_groups.mojo on AVX-512BW and qgemv_octets.mojo on AVX2 without VNNI; M = 1 K-quants
 #          take qgemv_ksuper.mojo) and
-#          qgemv_rows_q8.mojo (act = "q8": x quantized to int8 per block).
+#          qgemv_rows_q8.mojo (act = "q8": x quantized to int8 per block; Q4_K / Q5_K / Q6_K take
+#          qgemv_ksuper_q8.mojo).
 #   gemm   M > 32 (prefill). The fp32 GEMM of gemm_cpu.mojo with a packing step that decodes blocks
 #          into the KC x NR micro-panel; the float weights never exist beyond that panel.
 # Why 32: the GEMM decodes every block into memory, which small M cannot amortize; groups of 8 cost
@@ -22,6 +23,7 @@ from .qdot_int8 import (
     OCTETS, PAIR, PAIR_LANES, I8Ptr, octet_floats, octet_layout_q8, pair_layout_q8, quantize_rows_q8, row_pair_layout_q8,
 )
 from .qgemv_ksuper import qgemv_row_k
+from .qgemv_ksuper_q8 import kq8_layout, kq8_permutes_x, qgemv_row_k_q8
 from .qgemv_groups import GROUPS_F32, groups_layout, groups_x_sizes, qgemv_row_groups
 from .qgemv_octets import OCTET_VALUES, OCTET_X_BYTES, OCTETS_F32, octet_xo, octets_layout, qgemv_row_octets
 from .qgemv_rows import block_sums, far_allowed, far_prefetch, qgemv_rows
@@ -181,6 +183,24 @@ def _q8_mpairs[MROWS: Int, qtype: StaticString](
     sxp.unsafe_free()
 
 
+def _k_q8[MROWS: Int, qtype: StaticString](
+    y: Ptr[F32], qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], w: BytePtr, row_bytes: Int, N: Int, K: Int,
+    ctx: DeviceContext,
+) raises:
+    # Int8 x, Q4_K / Q5_K / Q6_K, up to 8 rows per weight pass (qgemv_ksuper_q8.mojo), x laid out once.
+    var qxk = rebind[I8Ptr](scratch[DType.int8](MROWS * K if kq8_permutes_x[qtype]() else 1))
+    var xh = scratch[F32](1 if kq8_permutes_x[qtype]() else MROWS * (K // 16))
+    kq8_layout[qtype](qx, dx, MROWS, K, qxk, xh)
+    var xk = qxk if kq8_permutes_x[qtype]() else qx
+
+    def row(n: Int, r: Int, far: Bool) {var y, var xk, var dx, var sx, var xh, var w, var row_bytes, var N, var K}:
+        qgemv_row_k_q8[MROWS, qtype](xk, dx, sx, xh, w, row_bytes, y, n, N, K, far)
+
+    _for_rows[1](row, N, row_bytes, ctx)
+    qxk.unsafe_free()
+    xh.unsafe_free()
+
+
 def _rows_q8[MROWS: Int, qtype: StaticString](
     y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, N: Int, K: Int, ctx: DeviceContext
 ) raises:
@@ -193,7 +213,9 @@ def _rows_q8[MROWS: Int, qtype: StaticString](
     var dx = scratch[F32](MROWS * nb)
     var sx = scratch[F32](MROWS * nb)
     quantize_rows_q8(x, MROWS, K, qx, dx, sx)
-    comptime if MROWS == 1 and q4:
+    comptime if is_kquant[qtype]():
+        _k_q8[MROWS, qtype](y, qx, dx, sx, w, row_bytes, N, K, ctx)
+    elif MROWS == 1 and q4:
         _q8_pairs[qtype](y, qx, dx, sx, w, row_bytes, N, K, ctx)
     elif MROWS > 2:
         _q8_mpairs[MROWS, qtype](y, qx, dx, sx, w, row_bytes, N, K, ctx)
