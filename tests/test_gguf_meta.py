@@ -35,3 +35,17 @@ def test_token_id_and_vocab_size_read_raw_bytes(tmp_path) -> None:
 def test_no_vocabulary(tmp_path) -> None:
     reader = _file(tmp_path / "e.gguf", [])
     assert gguf_meta.token_id(reader, "<eos>") is None
+
+
+def test_one_reader_per_unchanged_file(tmp_path) -> None:
+    """A load opens its file three times: they share one reader, and a rewritten file is read again."""
+    import os
+
+    path = tmp_path / "r.gguf"
+    _file(path, ["<pad>", "<eos>"])
+    first = gguf_meta.open_gguf(path)
+    assert gguf_meta.open_gguf(str(path)) is first
+    _file(path, ["<pad>", "<eos>", "<bos>"])
+    os.utime(path, ns=(0, os.stat(path).st_mtime_ns + 1_000_000))  # a new mtime even on coarse clocks
+    second = gguf_meta.open_gguf(path)
+    assert second is not first and gguf_meta.vocab_size(second) == 3
