@@ -34,6 +34,7 @@ class ABConfig:
         context: Prompt tokens before decoding (synthetic ids).
         steps: Decode steps per round.
         rounds: Rounds per build; the builds alternate.
+        activations: ModelOptions.activations for both builds ("q8": the int8 decode rows).
     """
 
     kernels: tuple[Path, Path]
@@ -41,12 +42,15 @@ class ABConfig:
     context: int = 300
     steps: int = 32
     rounds: int = 12
+    activations: str = "f32"
 
     def __post_init__(self) -> None:
         if len(self.kernels) != 2:
             raise ValueError("need exactly two kernel folders (A and B)")
         if self.context < 1 or self.steps < 2 or self.rounds < 1:
             raise ValueError("need context >= 1, steps >= 2 and rounds >= 1")
+        if self.activations not in ("f32", "q8"):
+            raise ValueError(f"activations must be f32 or q8, got {self.activations!r}")
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,7 @@ def summarize_rounds(a_steps: list[list[float]], b_steps: list[list[float]]) -> 
 
 
 def format_ab(cfg: ABConfig, hashes: tuple[str, str], summary: ABSummary) -> str:
-    lines = [f"{cfg.model}, batch 1, {cfg.context}-token prompt, {cfg.steps} decode steps per round, "
+    lines = [f"{cfg.model}, activations {cfg.activations}, batch 1, {cfg.context}-token prompt, {cfg.steps} decode steps per round, "
              f"{cfg.rounds} interleaved rounds per build, one process; score = median step (ms) per round"]
     sides = (("A", cfg.kernels[0], hashes[0], summary.a_ms), ("B", cfg.kernels[1], hashes[1], summary.b_ms))
     for name, path, h, ms in sides:
@@ -108,7 +112,8 @@ def run_ab(cfg: ABConfig, log=print) -> tuple[tuple[str, str], ABSummary]:
     from graphs.generate import greedy_generate
     from graphs.model import CrucibleModel, ModelOptions
 
-    models = [CrucibleModel(cfg.model, ModelOptions(), kernels=kernel_package(k.resolve())) for k in cfg.kernels]
+    opts = ModelOptions(activations=cfg.activations)
+    models = [CrucibleModel(cfg.model, opts, kernels=kernel_package(k.resolve())) for k in cfg.kernels]
     hashes = (models[0].kernels.content_hash, models[1].kernels.content_hash)
     log(f"loaded kernel builds {hashes[0]} (A) and {hashes[1]} (B)")
     ids = synthetic_prompt(cfg.context, models[0].config.vocab_size)
@@ -133,9 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--context", type=int, default=300, help="prompt tokens before decoding")
     p.add_argument("--steps", type=int, default=32, help="decode steps per round")
     p.add_argument("--rounds", type=int, default=12, help="rounds per build (alternating)")
+    p.add_argument("--activations", choices=("f32", "q8"), default="f32", help="both builds' activation mode")
     args = p.parse_args(argv)
     cfg = ABConfig(kernels=tuple(args.kernels), model=args.model, context=args.context, steps=args.steps,
-                   rounds=args.rounds)
+                   rounds=args.rounds, activations=args.activations)
     start = time.perf_counter()
     hashes, summary = run_ab(cfg, log=lambda msg: print(msg, flush=True))
     print(format_ab(cfg, hashes, summary))
