@@ -9,8 +9,8 @@
 #   act    "f32" (default): x is used as float32 everywhere; exact up to float rounding.
 #          "q8": CPU decode path (M <= 32) quantizes x to int8 per 32-value block and runs integer
 #          block dot products (qdot_int8.mojo), as llama.cpp does: faster, with its own error bound.
-#          Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K (qgemv_ksuper_q8.mojo), CPU only;
-#          prefill (M > 32) stays float32. Q2_K and Q3_K have no int8 rows (rare in downloaded files).
+#          Every block format (the K-quants in qgemv_ksuper_q8.mojo), not F16 / BF16; CPU only;
+#          prefill (M > 32) stays float32.
 #   variant GPU: "auto" | "lanes" | "staged" (qmatmul_gpu.mojo: how a warp reads its row); CPU: "auto".
 # CPU: qgemv for M <= 32, decode-into-panel GEMM above (qmatmul_cpu.mojo). GPU: qmatmul_gpu.mojo.
 # x and y are float32 on CPU; on GPU they may be float32 or bfloat16 (accumulation is fp32).
@@ -44,10 +44,8 @@ struct QMatmul:
                         "] do not hold [N, K=", K, "] blocks, or y is not [", M, ",", N, "]")
         comptime assert act == "f32" or act == "q8", "crucible.qmatmul: act is f32 or q8"
         comptime assert act == "f32" or (
-            (qtype == "q4_0" or qtype == "q4_1" or qtype == "q5_0" or qtype == "q5_1" or qtype == "q8_0"
-             or qtype == "q4_k" or qtype == "q5_k" or qtype == "q6_k")
-            and target == "cpu"
-        ), "act=q8: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K on CPU only"
+            qtype != "f16" and qtype != "bf16" and target == "cpu"
+        ), "act=q8: the GGUF block formats (not F16 / BF16), on CPU only"
         comptime assert variant == "auto" or target != "cpu", "crucible.qmatmul on CPU: variant is auto"
         if M == 0 or N == 0:
             return

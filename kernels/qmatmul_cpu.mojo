@@ -5,7 +5,7 @@
 #          row of its group. The rows: qgemv_rows.mojo (float x; M = 1 Q4_0 / Q4_1 take
 #          qgemv_groups.mojo on AVX-512BW and qgemv_octets.mojo on AVX2 without VNNI; M = 1 K-quants
 #          take qgemv_ksuper.mojo) and
-#          qgemv_rows_q8.mojo (act = "q8": x quantized to int8 per block; Q4_K / Q5_K / Q6_K take
+#          qgemv_rows_q8.mojo (act = "q8": x quantized to int8 per block; the K-quants take
 #          qgemv_ksuper_q8.mojo).
 #   gemm   M > 32 (prefill). The fp32 GEMM of gemm_cpu.mojo with a packing step that decodes blocks
 #          into the KC x NR micro-panel; the float weights never exist beyond that panel.
@@ -23,7 +23,7 @@ from .qdot_int8 import (
     OCTETS, PAIR, PAIR_LANES, I8Ptr, octet_floats, octet_layout_q8, pair_layout_q8, quantize_rows_q8, row_pair_layout_q8,
 )
 from .qgemv_ksuper import qgemv_row_k
-from .qgemv_ksuper_q8 import kq8_layout, kq8_permutes_x, qgemv_row_k_q8
+from .qgemv_ksuper_q8 import kq8_layout, kq8_permutes_x, kq8_uses_xh, qgemv_row_k_q8
 from .qgemv_groups import GROUPS_F32, groups_layout, groups_x_sizes, qgemv_row_groups
 from .qgemv_octets import OCTET_VALUES, OCTET_X_BYTES, OCTETS_F32, octet_xo, octets_layout, qgemv_row_octets
 from .qgemv_rows import block_sums, far_allowed, far_prefetch, qgemv_rows
@@ -187,9 +187,9 @@ def _k_q8[MROWS: Int, qtype: StaticString](
     y: Ptr[F32], qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], w: BytePtr, row_bytes: Int, N: Int, K: Int,
     ctx: DeviceContext,
 ) raises:
-    # Int8 x, Q4_K / Q5_K / Q6_K, up to 8 rows per weight pass (qgemv_ksuper_q8.mojo), x laid out once.
+    # Int8 x, the K-quants, up to 8 rows per weight pass (qgemv_ksuper_q8.mojo), x laid out once.
     var qxk = rebind[I8Ptr](scratch[DType.int8](MROWS * K if kq8_permutes_x[qtype]() else 1))
-    var xh = scratch[F32](1 if kq8_permutes_x[qtype]() else MROWS * (K // 16))
+    var xh = scratch[F32](MROWS * (K // 16) if kq8_uses_xh[qtype]() else 1)
     kq8_layout[qtype](qx, dx, MROWS, K, qxk, xh)
     var xk = qxk if kq8_permutes_x[qtype]() else qx
 
