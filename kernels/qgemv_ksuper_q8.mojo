@@ -107,8 +107,8 @@ def qgemv_row_k_q8[MROWS: Int, qtype: StaticString](
     qxk: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], xh: Ptr[F32], w: BytePtr, row_bytes: Int, y: Ptr[F32],
     n: Int, N: Int, K: Int, far: Bool,
 ):
-    # y[m, n] for m < MROWS. qxk: x bytes [MROWS, K] (kq8_layout's order for Q4_K / Q5_K, else qx);
-    # dx, sx: [MROWS, K / 32] (quantize_rows_q8); xh: [MROWS, K / 16] for Q6_K.
+    # y[m, n] for m < MROWS. qxk: x bytes [MROWS, K] (kq8_layout's order where kq8_permutes_x, else
+    # qx); dx, sx: [MROWS, K / 32] (quantize_rows_q8); xh: [MROWS, K / 16] where kq8_uses_xh.
     comptime SB = kblock_bytes[qtype]()
     var nb = K // 32
     var row = w.unsafe_offset(n * row_bytes)
@@ -177,11 +177,11 @@ def qgemv_row_k_q8[MROWS: Int, qtype: StaticString](
                 sc = _q3_scales(sb.unsafe_offset(96)) * load_f16_as_f32(sb.unsafe_offset(108))
                 off = sc * 4
             var q = sb.unsafe_offset(qs_at).unsafe_load[width=64](0)
+            var hm = sb.unsafe_load[width=32](0)  # Q3_K's hmask (unused for Q2_K)
             var wv = Array[U8x64, 4](fill=U8x64(0))  # chunks (0, 4), (1, 5), (2, 6), (3, 7)
             comptime for u in range(4):
                 wv[u] = (q >> U8x64(2 * u)) & 3
                 comptime if qtype == "q3_k":
-                    var hm = sb.unsafe_load[width=32](0)
                     wv[u] |= (((hm >> U8x16x2(u)).join(hm >> U8x16x2(u + 4))) & 1) << 2
             comptime for m in range(MROWS):
                 var xb = qxk.unsafe_offset(m * K + i * QK_K)
