@@ -30,8 +30,9 @@ QUANT_BLOCKS: dict[str, tuple[int, int]] = {
     "f16": (1, 2),      # IEEE half per element
     "bf16": (1, 2),     # bfloat16 per element
 }
-# Formats with the int8-activation decode rows (act="q8"); the others keep float32 activations.
-Q8_ACT_QTYPES = frozenset({"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"})
+# Formats with the int8-activation decode rows (act="q8"): every block format; F16 / BF16 (one value
+# per "block") keep float32 activations.
+Q8_ACT_QTYPES = frozenset(QUANT_BLOCKS) - {"f16", "bf16"}
 QType = Literal["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "f16", "bf16"]
 ActQuant = Literal["f32", "q8"]
 MatmulVariant = Literal["auto", "gemv", "gemm", "tiled", "tensor_core", "tensor_core_vec"]

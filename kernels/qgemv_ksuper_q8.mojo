@@ -28,7 +28,6 @@ from .qgemv_rows import prefetch_ahead
 from .quant_k import KSUBS, QK_K, kblock_bytes
 
 comptime U8x64 = SIMD[DType.uint8, 64]
-comptime I8x64 = SIMD[DType.int8, 64]
 comptime I32x16 = SIMD[DType.int32, 16]
 comptime F32x16 = SIMD[F32, 16]
 comptime U8x16x2 = SIMD[DType.uint8, 32]
@@ -79,6 +78,12 @@ def _lanes8[a: Int, b: Int](v: SIMD[F32, 8]) -> F32x16:
 def _lanes4[a: Int, b: Int, c: Int, e: Int](v: F32x16) -> F32x16:
     """[v[a] x4, v[b] x4, v[c] x4, v[e] x4]: per-16-value scales over a dot product's 16 int32 lanes."""
     return SIMD[F32, 4](v[a]).join(SIMD[F32, 4](v[b])).join(SIMD[F32, 4](v[c]).join(SIMD[F32, 4](v[e])))
+
+
+@always_inline
+def _per16(sc: F32x16, dx8: SIMD[F32, 8]) -> F32x16:
+    """sc times each 16 values' x scale: lane j takes dx8[j // 2] (16-value half j of chunk j // 2)."""
+    return sc * dx8.join(dx8).shuffle[0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7]()
 
 
 @always_inline
@@ -158,7 +163,7 @@ def qgemv_row_k_q8[MROWS: Int, qtype: StaticString](
             comptime for m in range(MROWS):
                 var xb = qxk.unsafe_offset(m * K + i * QK_K)
                 var dx8 = dx.unsafe_load[width=8](m * nb + i * KSUBS)
-                var t = sc * dx8.join(dx8).shuffle[0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7]()
+                var t = _per16(sc, dx8)
                 comptime for j in range(4):
                     var dp = _wdot[qtype](wv[j], xb.unsafe_offset(64 * j))
                     acc[m] = dp.cast[F32]().fma(_lanes4[4 * j, 4 * j + 1, 4 * j + 2, 4 * j + 3](t), acc[m])
@@ -186,7 +191,7 @@ def qgemv_row_k_q8[MROWS: Int, qtype: StaticString](
             comptime for m in range(MROWS):
                 var xb = qxk.unsafe_offset(m * K + i * QK_K)
                 var dx8 = dx.unsafe_load[width=8](m * nb + i * KSUBS)
-                var t = sc * dx8.join(dx8).shuffle[0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7]()
+                var t = _per16(sc, dx8)
                 comptime for u in range(4):
                     var dp = _wdot[qtype](wv[u], xb.unsafe_offset(64 * u))
                     acc[m] = dp.cast[F32]().fma(_lanes4[2 * u, 2 * u + 1, 2 * u + 8, 2 * u + 9](t), acc[m])

@@ -25,6 +25,7 @@ def open_gguf(path: str | Path):
     return _open_cached(str(resolved), st.st_size, st.st_mtime_ns)
 
 
+@functools.cache
 def _reader_class():
     """gguf.GGUFReader reading its header through a plain ndarray view of the file's memory map.
 
