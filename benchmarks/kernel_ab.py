@@ -35,6 +35,8 @@ class ABConfig:
         steps: Decode steps per round.
         rounds: Rounds per build; the builds alternate.
         activations: ModelOptions.activations for both builds ("q8": the int8 decode rows).
+        unfused_a: Build A's graph with ModelOptions.fuse_pairs=False (a graph change, measured with
+            the same kernel folder given twice).
     """
 
     kernels: tuple[Path, Path]
@@ -43,6 +45,7 @@ class ABConfig:
     steps: int = 32
     rounds: int = 12
     activations: str = "f32"
+    unfused_a: bool = False
 
     def __post_init__(self) -> None:
         if len(self.kernels) != 2:
@@ -92,7 +95,8 @@ def format_ab(cfg: ABConfig, hashes: tuple[str, str], summary: ABSummary) -> str
              f"{cfg.rounds} interleaved rounds per build, one process; score = median step (ms) per round"]
     sides = (("A", cfg.kernels[0], hashes[0], summary.a_ms), ("B", cfg.kernels[1], hashes[1], summary.b_ms))
     for name, path, h, ms in sides:
-        lines.append(f"{name} {path} (kernel build {h}): median {np.median(ms):.2f} ms; rounds "
+        graph = ", graph without qmatmul2" if name == "A" and cfg.unfused_a else ""
+        lines.append(f"{name} {path} (kernel build {h}{graph}): median {np.median(ms):.2f} ms; rounds "
                      + " ".join(f"{v:.2f}" for v in ms))
     lines.append(f"B / A step time: {summary.ratio:.3f}; B faster in {summary.b_wins} of {len(summary.a_ms)} rounds")
     return "\n".join(lines)
@@ -112,8 +116,8 @@ def run_ab(cfg: ABConfig, log=print) -> tuple[tuple[str, str], ABSummary]:
     from graphs.generate import greedy_generate
     from graphs.model import CrucibleModel, ModelOptions
 
-    opts = ModelOptions(activations=cfg.activations)
-    models = [CrucibleModel(cfg.model, opts, kernels=kernel_package(k.resolve())) for k in cfg.kernels]
+    opts = [ModelOptions(activations=cfg.activations, fuse_pairs=not (i == 0 and cfg.unfused_a)) for i in (0, 1)]
+    models = [CrucibleModel(cfg.model, o, kernels=kernel_package(k.resolve())) for o, k in zip(opts, cfg.kernels)]
     hashes = (models[0].kernels.content_hash, models[1].kernels.content_hash)
     log(f"loaded kernel builds {hashes[0]} (A) and {hashes[1]} (B)")
     ids = synthetic_prompt(cfg.context, models[0].config.vocab_size)
@@ -139,9 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=32, help="decode steps per round")
     p.add_argument("--rounds", type=int, default=12, help="rounds per build (alternating)")
     p.add_argument("--activations", choices=("f32", "q8"), default="f32", help="both builds' activation mode")
+    p.add_argument("--unfused-a", action="store_true",
+                   help="A's graph without crucible.qmatmul2 (ModelOptions.fuse_pairs=False)")
     args = p.parse_args(argv)
     cfg = ABConfig(kernels=tuple(args.kernels), model=args.model, context=args.context, steps=args.steps,
-                   rounds=args.rounds, activations=args.activations)
+                   rounds=args.rounds, activations=args.activations, unfused_a=args.unfused_a)
     start = time.perf_counter()
     hashes, summary = run_ab(cfg, log=lambda msg: print(msg, flush=True))
     print(format_ab(cfg, hashes, summary))

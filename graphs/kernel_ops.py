@@ -77,20 +77,69 @@ def qmatmul(x: TensorValue, wq: TensorValue, n_out: int, k_in: int, qtype: QType
     Returns:
         [M, N] in x's dtype.
     """
+    _check_qweight(wq, n_out, k_in, qtype)
+    if variant not in ("auto", "lanes", "staged") or (variant != "auto" and not _device(x).is_gpu()):
+        raise ValueError(f"qmatmul variant must be 'auto' (CPU) or auto/lanes/staged (GPU), got {variant!r}")
+    out = TensorType(x.dtype, [x.shape[0], n_out], device=_device(x))
+    return ops.custom("crucible.qmatmul", _device(x), [x, wq], [out],
+                      parameters={"qtype": qtype, "act": effective_act(qtype, act, _device(x)),
+                                  "variant": variant})[0].tensor
+
+
+def _check_qweight(wq: TensorValue, n_out: int, k_in: int, qtype: QType) -> None:
     block, nbytes = QUANT_BLOCKS[qtype]
     if k_in % block:
         raise ValueError(f"{qtype}: K={k_in} is not a multiple of the block size {block}")
     if int(wq.shape[1]) != k_in // block * nbytes or int(wq.shape[0]) != n_out:
         raise ValueError(f"{qtype}: weight bytes {list(wq.shape)} do not hold [{n_out}, {k_in}]")
+
+
+def effective_act(qtype: QType, act: ActQuant, device: DeviceRef) -> ActQuant:
+    """The activation form a qmatmul over `qtype` runs with: "q8" exists for the formats of
+    Q8_ACT_QTYPES on CPU (the op asserts the same); every other case runs "f32"."""
     if act not in ("f32", "q8"):
         raise ValueError(f"act must be 'f32' or 'q8', got {act!r}")
-    if variant not in ("auto", "lanes", "staged") or (variant != "auto" and not _device(x).is_gpu()):
-        raise ValueError(f"qmatmul variant must be 'auto' (CPU) or auto/lanes/staged (GPU), got {variant!r}")
-    if qtype not in Q8_ACT_QTYPES or _device(x).is_gpu():
-        act = "f32"  # the int8 path exists for these formats on CPU; the op asserts the same
-    out = TensorType(x.dtype, [x.shape[0], n_out], device=_device(x))
-    return ops.custom("crucible.qmatmul", _device(x), [x, wq], [out],
-                      parameters={"qtype": qtype, "act": act, "variant": variant})[0].tensor
+    return act if qtype in Q8_ACT_QTYPES and not device.is_gpu() else "f32"
+
+
+Epilogue = Literal["cat", "silu", "gelu_tanh"]
+
+
+def qmatmul2(x: TensorValue, wa: TensorValue, wb: TensorValue, n_a: int, n_b: int, k_in: int, qa: QType,
+             qb: QType, act: ActQuant = "f32", epilogue: Epilogue = "cat") -> TensorValue:
+    """Two projections of one x over GGUF block weights in one op (kernels/qmatmul2.mojo):
+    [x @ A^T | x @ B^T] ("cat"), or act(x @ A^T) * (x @ B^T) ("silu", "gelu_tanh": a gated MLP).
+
+    Computes exactly what qmatmul (and silu_mul) compute, with one dispatch and, in CPU decode, one
+    hand-off to the cores instead of two or three ops.
+
+    Args:
+        x: [M, K] activations (float32, or bfloat16 on GPU).
+        wa: [Na, K / block * block_bytes] uint8 blocks of format qa.
+        wb: [Nb, ...] uint8 blocks of format qb.
+        n_a: Na.
+        n_b: Nb (== Na for the gated epilogues).
+        k_in: K (a multiple of both block sizes).
+        qa: Block format of wa.
+        qb: Block format of wb.
+        act: As qmatmul's; both formats must run the same effective form (effective_act).
+        epilogue: "cat", "silu" or "gelu_tanh".
+
+    Returns:
+        [M, Na + Nb] for "cat", [M, Na] otherwise, in x's dtype.
+    """
+    _check_qweight(wa, n_a, k_in, qa)
+    _check_qweight(wb, n_b, k_in, qb)
+    if epilogue not in ("cat", "silu", "gelu_tanh"):
+        raise ValueError(f"epilogue must be 'cat', 'silu' or 'gelu_tanh', got {epilogue!r}")
+    if epilogue != "cat" and n_a != n_b:
+        raise ValueError(f"a gated epilogue needs two projections of one width, got {n_a} and {n_b}")
+    act_a, act_b = effective_act(qa, act, _device(x)), effective_act(qb, act, _device(x))
+    if act_a != act_b:
+        raise ValueError(f"{qa} runs act={act_a} and {qb} act={act_b}: one qmatmul2 runs one form")
+    out = TensorType(x.dtype, [x.shape[0], n_a + n_b if epilogue == "cat" else n_a], device=_device(x))
+    return ops.custom("crucible.qmatmul2", _device(x), [x, wa, wb], [out],
+                      parameters={"qa": qa, "qb": qb, "act": act_a, "epilogue": epilogue})[0].tensor
 
 
 def embedding(ids: TensorValue, table: TensorValue, hidden: int, qtype: str,

@@ -2,8 +2,8 @@
 
 Per layer: rmsnorm -> fused qkv projection (+ bias for Qwen2) -> rope on q and k, K/V written into
 MAX's paged cache (one op) -> paged attention -> output projection -> residual add + rmsnorm (one op)
--> fused gate|up projection -> silu_mul -> down projection, whose residual add is fused into the next
-norm (the next layer's, or the final norm). Then the lm_head, only for the rows whose logits are
+-> gate|up projection and silu_mul (one crucible.qmatmul2 over GGUF blocks) -> down projection, whose
+residual add is fused into the next norm (the next layer's, or the final norm). Then the lm_head, only for the rows whose logits are
 wanted. Every matmul (float or GGUF blocks), attention, rmsnorm, rope and silu_mul is a crucible.* op;
 MAX built-ins only reshape, slice, gather, add a Qwen2 bias and scale Gemma's embedding rows. Qwen3 and
 Gemma 3 normalize each q and k head (crucible.rmsnorm over [T * heads, D] rows) between the projection and
@@ -12,7 +12,9 @@ with gelu_tanh, and runs its sliding-window layers with the attention op's `wind
 frequencies; its query_pre_attn_scalar is folded into the q norm's weights (the attention op scales by
 head_dim ** -0.5, and the norm's output feeds only the linear rope). Fusing the residual adds and the
 split/rope/cache-write step takes 5 kernel launches out of each layer (~2 us each on the CPU, where a
-batch-1 decode step launches ~14 per layer).
+batch-1 decode step launches ~14 per layer), the gated MLP epilogue one more. A qkv or gate|up whose
+parts have two GGUF types (llama.cpp's K-quant presets) runs as one crucible.qmatmul2, not as two
+matmuls and a concat.
 
 Graph inputs (symbolic dims in quotes):
   tokens             ["total_seq_len"] int64      ragged batch of new tokens
@@ -68,6 +70,10 @@ class _WeightBinder:
         self.registry[name] = Buffer.from_numpy(np.ascontiguousarray(bits)).view(DType.bfloat16)
         return Weight(name, DType.bfloat16, list(bits.shape), device=self.device)
 
+    def binds_as_bytes(self, lin: Linear) -> bool:
+        """Whether linear() binds lin as uint8 bytes (crucible.qmatmul's input), not as a float matrix."""
+        return lin.data.dtype == np.uint8 and not (lin.qtype == "bf16" and self.dtype == DType.bfloat16)
+
     def linear(self, name: str, lin: Linear, as_bytes: bool = False) -> tuple[Linear, TensorValue, TensorValue | None]:
         """Binds a linear layer. A "bf16" weight in a bf16 graph binds as a bf16 [N, K] tensor for
         crucible.matmul, unless `as_bytes` (crucible.qmatmul's input, e.g. for float32 logits)."""
@@ -90,12 +96,47 @@ def _project(x: TensorValue, bound: tuple[Linear, TensorValue, TensorValue | Non
     return y + b if b is not None else y
 
 
+def _pair_bound(x: TensorValue, name: str, parts: tuple[Linear, ...], binder: _WeightBinder,
+                act: K.ActQuant) -> tuple[TensorValue, TensorValue] | None:
+    # Two bias-free parts over GGUF bytes that run one activation form: crucible.qmatmul2's weights,
+    # bound only then (the other paths bind the same parts themselves).
+    if len(parts) != 2 or any(lin.bias is not None or not binder.binds_as_bytes(lin) for lin in parts):
+        return None
+    if len({K.effective_act(lin.qtype, act, x.device) for lin in parts}) != 1:
+        return None
+    return tuple(binder.linear(f"{name}.{j}", lin)[1] for j, lin in enumerate(parts))
+
+
 def _project_parts(x: TensorValue, name: str, parts: tuple[Linear, ...], binder: _WeightBinder,
-                   act: K.ActQuant) -> TensorValue:
-    # x: [T, K] -> [T, sum of N]: one matmul for a fused projection, one per part when types are mixed
+                   act: K.ActQuant, fuse: bool = True) -> TensorValue:
+    # x: [T, K] -> [T, sum of N]: one matmul for a fused projection; two parts of different types in
+    # one crucible.qmatmul2 (unless not fuse); else one op per part, concatenated.
     if len(parts) == 1:
         return _project(x, binder.linear(name, parts[0]), act)
+    pair = _pair_bound(x, name, parts, binder, act) if fuse else None
+    if pair is not None:
+        a, b = parts
+        return K.qmatmul2(x, *pair, a.n_out, b.n_out, a.k_in, a.qtype, b.qtype, act, "cat")
     return ops.concat([_project(x, binder.linear(f"{name}.{j}", lin), act) for j, lin in enumerate(parts)], axis=1)
+
+
+def _gated_mlp(x: TensorValue, name: str, parts: tuple[Linear, ...], binder: _WeightBinder, act: K.ActQuant,
+               mlp_act: K.GatedAct, fuse: bool = True) -> TensorValue:
+    # x: [T, H] -> act(x @ gate^T) * (x @ up^T): [T, I]. Over GGUF bytes (and if fuse), one
+    # crucible.qmatmul2 with the gated epilogue (a fused gate|up is bound as its two halves, row views
+    # of the same bytes); else the projection, then crucible.silu_mul.
+    if not fuse:
+        return K.silu_mul(_project_parts(x, name, parts, binder, act, fuse), mlp_act)
+    halves = parts
+    if len(parts) == 1 and parts[0].bias is None and parts[0].n_out % 2 == 0:
+        lin, width = parts[0], parts[0].n_out // 2
+        halves = tuple(Linear(lin.qtype, lin.data[j * width:(j + 1) * width], width, lin.k_in) for j in (0, 1))
+    if len(halves) == 2 and halves[0].n_out == halves[1].n_out:
+        pair = _pair_bound(x, name, halves, binder, act)
+        if pair is not None:
+            g, u = halves
+            return K.qmatmul2(x, *pair, g.n_out, u.n_out, g.k_in, g.qtype, u.qtype, act, mlp_act)
+    return K.silu_mul(_project_parts(x, name, parts, binder, act), mlp_act)
 
 
 def _residual_norm(h: TensorValue, pending: TensorValue | None, weight: TensorValue,
@@ -130,7 +171,7 @@ def _single_device_kv(unflattened):
 
 def build_graph(cfg: ModelConfig, weights: ModelWeights, kv_params, device: DeviceRef,
                 kernels_path, logits: Literal["rows", "last_token"] = "rows",
-                activations: K.ActQuant = "f32") -> tuple[Graph, dict[str, object]]:
+                activations: K.ActQuant = "f32", fuse_pairs: bool = True) -> tuple[Graph, dict[str, object]]:
     """Builds the decoder graph.
 
     Args:
@@ -145,6 +186,8 @@ def build_graph(cfg: ModelConfig, weights: ModelWeights, kv_params, device: Devi
             "last_token" takes MAX's return_n_logits there and returns each sequence's last row
             (MAX's pipeline with ReturnLogits.LAST_TOKEN).
         activations: Activation format of the quantized projections' decode path (kernel_ops.qmatmul).
+        fuse_pairs: Two-part projections and the gated MLP over GGUF blocks as crucible.qmatmul2 (False:
+            separate matmuls, concat and silu_mul, the same values; the A/B baseline).
 
     Returns:
         The graph and the weights registry to load it with (numpy arrays, and MAX Buffers for bf16).
@@ -185,7 +228,7 @@ def build_graph(cfg: ModelConfig, weights: ModelWeights, kv_params, device: Devi
         for i, layer in enumerate(weights.layers):
             p = f"layers.{i}."
             h, x = _residual_norm(h, mlp_out, binder.add(p + "attn_norm", layer.attn_norm), eps)
-            qkv = _project_parts(x, p + "qkv", layer.qkv, binder, activations)  # [T, (Hq + 2 Hkv) D]
+            qkv = _project_parts(x, p + "qkv", layer.qkv, binder, activations, fuse_pairs)  # [T, (Hq + 2 Hkv) D]
             if layer.q_norm is not None:
                 q_w = layer.q_norm if q_fold == 1 else (layer.q_norm * q_fold).astype(np.float32)
                 qkv = _qk_norm(qkv, binder.add(p + "q_norm", q_w), binder.add(p + "k_norm", layer.k_norm),
@@ -198,8 +241,8 @@ def build_graph(cfg: ModelConfig, weights: ModelWeights, kv_params, device: Devi
             if layer.post_attn_norm is not None:
                 o = K.rmsnorm(o, binder.add(p + "post_attn_norm", layer.post_attn_norm), eps)
             h, x = _residual_norm(h, o, binder.add(p + "ffn_norm", layer.ffn_norm), eps)
-            gu = _project_parts(x, p + "gate_up", layer.gate_up, binder, activations)  # [T, 2I]
-            mlp_out = _project(K.silu_mul(gu, cfg.mlp_act), binder.linear(p + "down", layer.down), activations)
+            mlp_act = _gated_mlp(x, p + "gate_up", layer.gate_up, binder, activations, cfg.mlp_act, fuse_pairs)  # [T, I]
+            mlp_out = _project(mlp_act, binder.linear(p + "down", layer.down), activations)
             if layer.post_ffn_norm is not None:
                 mlp_out = K.rmsnorm(mlp_out, binder.add(p + "post_ffn_norm", layer.post_ffn_norm), eps)
         _, h = _residual_norm(h, mlp_out, binder.add("final_norm", weights.final_norm), eps)

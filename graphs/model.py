@@ -41,6 +41,9 @@ class ModelOptions:
         dtype: The graph's compute dtype: "float32", "bfloat16" (GPU only: bf16 weights, activations and
             KV cache, fp32 accumulation and logits; GGUF blocks stay blocks), or "auto" (float32 on CPU,
             bfloat16 on GPU). `compute_dtype` is the resolved one.
+        fuse_pairs: Run two-part projections over GGUF blocks (q|k + v of two types, gate + up) as one
+            crucible.qmatmul2, the gated MLP's activation included; False builds them as separate
+            matmuls, concat and silu_mul (the same values: benchmarks/kernel_ab.py's --unfused-a baseline).
     """
 
     device: str = "cpu"
@@ -48,6 +51,7 @@ class ModelOptions:
     activations: str = "f32"
     tune_threads: bool = True
     dtype: str = "auto"
+    fuse_pairs: bool = True
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "gpu"):
@@ -108,7 +112,7 @@ class CompiledDecoder:
 
 def compile_decoder(source: ModelSource, kv_params, device_ref, session, activations: str = "f32",
                     logits: str = "rows", kernels: KernelBuild | None = None,
-                    config: ModelConfig | None = None) -> CompiledDecoder:
+                    config: ModelConfig | None = None, fuse_pairs: bool = True) -> CompiledDecoder:
     """Loads a model's weights and compiles its decoder graph (graphs/llama.py) into `session`.
 
     The one build path: CrucibleModel and MAX's pipeline architecture (pipelines/max_arch) both use it.
@@ -123,6 +127,7 @@ def compile_decoder(source: ModelSource, kv_params, device_ref, session, activat
         logits: "rows" (logits of the rows asked for) or "last_token" (MAX's pipeline input order).
         kernels: The kernel package (default: this checkout's).
         config: The model's config if already read.
+        fuse_pairs: ModelOptions.fuse_pairs.
     """
     config = config or load_config(source)
     from max.dtype import DType
@@ -130,7 +135,7 @@ def compile_decoder(source: ModelSource, kv_params, device_ref, session, activat
     weights = load_weights(source, config, "bf16" if kv_params.dtype == DType.bfloat16 else "f32")
     kernels = kernels or kernel_package()
     graph, registry = build_graph(config, weights, kv_params, device_ref, kernels.path, logits=logits,
-                                  activations=activations)
+                                  activations=activations, fuse_pairs=fuse_pairs)
     ops = graph_ops(graph)
     start = time.perf_counter()
     model = session.load(graph, weights_registry=registry)
@@ -166,7 +171,7 @@ class CrucibleModel:
         )
         self.session = session or InferenceSession(devices=[self.device])
         decoder = compile_decoder(self.source, self.kv_params, ref, self.session, activations=options.activations,
-                                  kernels=kernels, config=self.config)
+                                  kernels=kernels, config=self.config, fuse_pairs=options.fuse_pairs)
         self.weights: ModelWeights = decoder.weights
         self.kernels, self.ops, self.model = decoder.kernels, decoder.ops, decoder.model
         self.compile_seconds = decoder.compile_seconds

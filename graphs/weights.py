@@ -60,11 +60,12 @@ class Linear:
 
 @dataclass(frozen=True)
 class LayerWeights:
-    """One decoder layer. qkv and gate_up are fused into one matmul when their parts share a tensor type;
-    a GGUF that mixes types (llama.cpp's K-quant presets do) keeps the parts, run as separate ops."""
+    """One decoder layer. Neighbouring parts of qkv and gate_up that share a tensor type are stacked
+    into one weight; a GGUF that mixes types (llama.cpp's K-quant presets do) keeps one per run of a
+    type. The graph runs two byte-weight parts as one crucible.qmatmul2, three as separate ops."""
 
     attn_norm: np.ndarray
-    qkv: tuple[Linear, ...]  # (q|k|v fused,) or (q, k, v)
+    qkv: tuple[Linear, ...]  # (q|k|v,), (q|k, v), (q, k|v) or (q, k, v)
     o_proj: Linear
     ffn_norm: np.ndarray
     gate_up: tuple[Linear, ...]  # (gate|up fused,) or (gate, up)
@@ -100,18 +101,30 @@ class ModelWeights:
         return total
 
 
-def _fuse(parts: list[Linear]) -> tuple[Linear, ...]:
-    """One Linear of the parts stacked along N when they share a type; else the parts as they are
-    (mixed block formats cannot share one matmul, and dequantizing would break "stays quantized")."""
-    if len({p.qtype for p in parts}) != 1:
-        return tuple(parts)
+def _stack(parts: list[Linear]) -> Linear:
+    """The parts (one type) stacked along N as one Linear, biases too (zeros for a part without)."""
+    if len(parts) == 1:
+        return parts[0]
     biases = [p.bias for p in parts]
     bias = None
     if any(b is not None for b in biases):
         bias = np.concatenate([b if b is not None else np.zeros(p.n_out, np.float32)
                                for b, p in zip(biases, parts)]).astype(np.float32)
-    return (Linear(parts[0].qtype, np.ascontiguousarray(np.concatenate([p.data for p in parts], axis=0)),
-                   sum(p.n_out for p in parts), parts[0].k_in, bias),)
+    return Linear(parts[0].qtype, np.ascontiguousarray(np.concatenate([p.data for p in parts], axis=0)),
+                  sum(p.n_out for p in parts), parts[0].k_in, bias)
+
+
+def _fuse(parts: list[Linear]) -> tuple[Linear, ...]:
+    """Each run of neighbouring parts that share a type stacked along N into one Linear: q|k|v of one
+    type is one matmul, q|k + v (llama.cpp's presets often give v its own type) two. Mixed block
+    formats cannot share one matmul, and dequantizing would break "stays quantized"."""
+    runs: list[list[Linear]] = []
+    for p in parts:
+        if runs and runs[-1][0].qtype == p.qtype:
+            runs[-1].append(p)
+        else:
+            runs.append([p])
+    return tuple(_stack(run) for run in runs)
 
 
 def _assemble(cfg: ModelConfig, get, get_linear) -> ModelWeights:

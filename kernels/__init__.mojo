@@ -5,7 +5,8 @@
 # op (ops.custom(parameters=...) from Python), never copies. Per-host CPU constants: cpu_tuning.mojo.
 #
 #   matmul.mojo          matmul: y[M,N] = x[M,K] @ W[N,K]^T
-#   qmatmul.mojo         qmatmul: y = x @ dequant(Wq)^T, GGUF Q4_0/Q4_1/Q8_0/F16; act="q8": int8 x on CPU
+#   qmatmul.mojo         qmatmul: y = x @ dequant(Wq)^T, every GGUF block format; act="q8": int8 x on CPU
+#   qmatmul2.mojo        qmatmul2: two such projections of one x in one op, concatenated or gated (SwiGLU)
 #   embedding.mojo       embedding: rows of a float or GGUF-block table
 #   attention.mojo       attention_ragged (causal GQA prefill, contiguous K/V), attention_paged (prefill
 #                        with history and decode from MAX's paged KV cache)

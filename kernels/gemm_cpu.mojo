@@ -187,7 +187,7 @@ def _pack_a(x: Ptr[F32], K: Int, m0: Int, m_end: Int, tiles: Int, k0: Int, kc: I
 
 
 def gemm_cpu[qtype: StaticString](
-    y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, M: Int, N: Int, K: Int, ctx: DeviceContext
+    y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, M: Int, N: Int, K: Int, ctx: DeviceContext, ldy: Int
 ) raises:
     """Blocked GEMM with fp32 compute; W rows are `row_bytes` apart in format `qtype` ("f32" or a GGUF
     block format, K a multiple of 32 then). Any M, N, K >= 1.
@@ -197,14 +197,14 @@ def gemm_cpu[qtype: StaticString](
     var m0 = 0
     while m0 < M:
         var rows = min(SLAB_M, M - m0)
-        _gemm_slab[qtype](y.unsafe_offset(m0 * N), x.unsafe_offset(m0 * K), w, row_bytes, rows, N, K, ctx)
+        _gemm_slab[qtype](y.unsafe_offset(m0 * ldy), x.unsafe_offset(m0 * K), w, row_bytes, rows, N, K, ctx, ldy)
         m0 += rows
 
 
 def _gemm_slab[qtype: StaticString](
-    y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, M: Int, N: Int, K: Int, ctx: DeviceContext
+    y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, M: Int, N: Int, K: Int, ctx: DeviceContext, ldy: Int
 ) raises:
-    # y: [M, N], x: [M, K] (one slab of rows), W: [N, K] as `row_bytes`-byte rows.
+    # y: [M, N] with rows ldy apart, x: [M, K] (one slab of rows), W: [N, K] as `row_bytes`-byte rows.
     var n_blocks = ceil_div(N, NC)
     var m_tiles = ceil_div(M, MR)
     var k_blocks = ceil_div(K, KC)
@@ -227,7 +227,7 @@ def _gemm_slab[qtype: StaticString](
 
     parallel_for(pack_task, k_blocks * pack_chunks, ctx)
 
-    def task(t: Int) {var y, var w, var row_bytes, var M, var N, var K, var n_blocks, var tiles_per_chunk, var m_tiles,
+    def task(t: Int) {var y, var w, var row_bytes, var M, var N, var K, var ldy, var n_blocks, var tiles_per_chunk, var m_tiles,
                       var ap}:
         var nb = t % n_blocks
         var mc = t // n_blocks
@@ -261,17 +261,17 @@ def _gemm_slab[qtype: StaticString](
                         comptime for r in range(MR):
                             comptime for line in range(NR // 16):
                                 prefetch[PrefetchOptions().for_write().high_locality()](
-                                    cbase.unsafe_offset((i + min(r, rows - 1)) * N + line * 16).unsafe_bitcast[UInt8]())
+                                    cbase.unsafe_offset((i + min(r, rows - 1)) * ldy + line * 16).unsafe_bitcast[UInt8]())
                         if cols == NR and rows == MR:
                             if k0 == 0:
-                                _micro_tile[True, True](a, panel, cbase.unsafe_offset(i * N), N, kc, MR, cols)
+                                _micro_tile[True, True](a, panel, cbase.unsafe_offset(i * ldy), ldy, kc, MR, cols)
                             else:
-                                _micro_tile[False, True](a, panel, cbase.unsafe_offset(i * N), N, kc, MR, cols)
+                                _micro_tile[False, True](a, panel, cbase.unsafe_offset(i * ldy), ldy, kc, MR, cols)
                         else:
                             if k0 == 0:
-                                _micro_tile[True, False](a, panel, cbase.unsafe_offset(i * N), N, kc, rows, cols)
+                                _micro_tile[True, False](a, panel, cbase.unsafe_offset(i * ldy), ldy, kc, rows, cols)
                             else:
-                                _micro_tile[False, False](a, panel, cbase.unsafe_offset(i * N), N, kc, rows, cols)
+                                _micro_tile[False, False](a, panel, cbase.unsafe_offset(i * ldy), ldy, kc, rows, cols)
                 t0 = t1
             k0 += KC
         bp.unsafe_free()

@@ -16,13 +16,13 @@ def matmul_cpu[variant: StaticString](
 ) raises:
     """Dispatches on the variant: "auto" (gemv for M <= 8, else gemm), "gemv" or "gemm"."""
     comptime if variant == "gemm":
-        gemm_cpu["f32"](y, x, rebind[BytePtr](w), K * 4, M, N, K, ctx)
+        gemm_cpu["f32"](y, x, rebind[BytePtr](w), K * 4, M, N, K, ctx, N)
     elif variant == "gemv":
         gemv_cpu(y, x, w, M, N, K, ctx)
     elif variant == "auto":
         if M <= GEMV_MAX_M:
             gemv_cpu(y, x, w, M, N, K, ctx)
         else:
-            gemm_cpu["f32"](y, x, rebind[BytePtr](w), K * 4, M, N, K, ctx)
+            gemm_cpu["f32"](y, x, rebind[BytePtr](w), K * 4, M, N, K, ctx, N)
     else:
         comptime assert False, "crucible.matmul on CPU: variant must be auto, gemv or gemm"

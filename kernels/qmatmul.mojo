@@ -53,8 +53,8 @@ struct QMatmul:
             comptime assert y.dtype == F32, "crucible.qmatmul on CPU computes in float32"
             qmatmul_cpu[qtype, act](
                 rebind[Ptr[F32]](y.unsafe_ptr()), rebind[Ptr[F32]](x.unsafe_ptr()),
-                rebind[BytePtr](w.unsafe_ptr()), M, N, K, ctx,
+                rebind[BytePtr](w.unsafe_ptr()), M, N, K, ctx, N,
             )
         else:
             qmatmul_gpu[y.dtype, qtype, variant](
-                y.unsafe_ptr(), x.unsafe_ptr(), rebind[BytePtr](w.unsafe_ptr()), M, N, K, ctx)
+                y.unsafe_ptr(), x.unsafe_ptr(), rebind[BytePtr](w.unsafe_ptr()), M, N, K, ctx, N)

@@ -34,28 +34,53 @@ from .quant_k import is_kquant
 comptime QGEMV_MAX_M = 32
 
 
+@fieldwise_init
+struct RowSpan(ImplicitlyCopyable, Movable):
+    """The weight rows (output columns) [lo, hi) one call computes, y's row stride, and whether the
+    call splits them over the cores (a whole op) or runs them on the calling thread (one task of
+    crucible.qmatmul2, which splits all its weights' rows in one hand-off)."""
+
+    var lo: Int
+    var hi: Int
+    var ldy: Int
+    var serial: Bool
+
+
+def task_count(weight_bytes: Int) -> Int:
+    """Tasks for a decode pass over weight_bytes: one under 64 KB (the hand-off costs more than it
+    saves), else two per core."""
+    return 1 if weight_bytes < 65536 else cpu_threads() * 2
+
+
 def _for_rows[R: Int, RowFn: def(Int, Int, Bool) -> None, pairs: Bool = False](
-    row: RowFn, N: Int, row_bytes: Int, ctx: DeviceContext
-) raises:
-    """Calls row(n, r, far) for weight rows [n, n + r) covering [0, N): r = R, then single rows at each task's end.
+    row: RowFn, span: RowSpan, row_bytes: Int, ctx: DeviceContext
+):
+    """Calls row(n, r, far) for weight rows [n, n + r) covering span: r = R, then single rows at each task's end.
 
-    One task under 64 KB of weights (the hand-off costs more than it saves), else two per core, in
-    runs of whole R-row steps. far: whether a task streams enough bytes for the far prefetch
-    (pairs: the rows are batch-1 int8 pairs, which take it on more hosts; far_allowed).
+    A parallel span runs as task_count tasks in runs of whole R-row steps; a serial one as one task.
+    far: whether a task streams enough bytes for the far prefetch (pairs: the rows are batch-1 int8
+    pairs, which take it on more hosts; far_allowed).
     """
-    var tasks = 1 if N * row_bytes < 65536 else cpu_threads() * 2
-    var per = ceil_div(ceil_div(N, tasks), R) * R
-    var far = far_prefetch[pairs](per * row_bytes)
-
-    def task(t: Int) {imm row, var per, var far, var N}:
-        var n = t * per
-        var end = min(N, n + per)
-        while n + R <= end:
+    def run(lo: Int, hi: Int, far: Bool) {imm row}:
+        var n = lo
+        while n + R <= hi:
             row(n, R, far)
             n += R
-        while n < end:
+        while n < hi:
             row(n, 1, far)
             n += 1
+
+    var rows = span.hi - span.lo
+    if span.serial:
+        run(span.lo, span.hi, far_prefetch[pairs](rows * row_bytes))
+        return
+    var tasks = task_count(rows * row_bytes)
+    var per = ceil_div(ceil_div(rows, tasks), R) * R
+    var far = far_prefetch[pairs](per * row_bytes)
+
+    def task(t: Int) {imm run, var span, var per, var far}:
+        var lo = span.lo + t * per
+        run(lo, min(span.hi, lo + per), far)
 
     if tasks == 1:
         task(0)
@@ -64,8 +89,8 @@ def _for_rows[R: Int, RowFn: def(Int, Int, Bool) -> None, pairs: Bool = False](
 
 
 def _rows_f32[MROWS: Int, qtype: StaticString](
-    y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, N: Int, K: Int, ctx: DeviceContext
-) raises:
+    y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, K: Int, span: RowSpan, ctx: DeviceContext
+):
     # Float x, every qtype and M (qgemv_rows.mojo). One weight row at a time for M = 1: streaming R
     # rows side by side measured about half the bandwidth from DRAM (the hardware prefetcher follows
     # one stream per core far better). For M > 1 the path is compute-bound and R = 2 reuses each x
@@ -74,22 +99,22 @@ def _rows_f32[MROWS: Int, qtype: StaticString](
     var xsum = scratch[F32](K // QBLOCK)  # block sums of the first x row: the Q4 offset term
     block_sums(x, K // QBLOCK, xsum)
 
-    def row(n: Int, r: Int, far: Bool) {var y, var x, var xsum, var w, var row_bytes, var N, var K}:
+    def row(n: Int, r: Int, far: Bool) {var y, var x, var xsum, var w, var row_bytes, var span, var K}:
         comptime if MROWS == 1 and is_kquant[qtype]():
             qgemv_row_k[qtype](x, xsum, w, row_bytes, y, n, K, far)
             return
         if r == R:
-            qgemv_rows[MROWS, R, qtype](x, xsum, w, row_bytes, y, n, N, K, far)
+            qgemv_rows[MROWS, R, qtype](x, xsum, w, row_bytes, y, n, span.ldy, K, far)
         else:
-            qgemv_rows[MROWS, 1, qtype](x, xsum, w, row_bytes, y, n, N, K, far)
+            qgemv_rows[MROWS, 1, qtype](x, xsum, w, row_bytes, y, n, span.ldy, K, far)
 
-    _for_rows[R](row, N, row_bytes, ctx)
+    _for_rows[R](row, span, row_bytes, ctx)
     xsum.unsafe_free()
 
 
 def _groups_f32[qtype: StaticString](
-    y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, N: Int, K: Int, ctx: DeviceContext
-) raises:
+    y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, K: Int, span: RowSpan, ctx: DeviceContext
+):
     # Float x, M = 1, Q4 on AVX-512: groups of 4 blocks in integers (qgemv_groups.mojo), x laid out once.
     var sizes = groups_x_sizes[qtype](K)
     var xp = scratch[F32](sizes[0])
@@ -101,7 +126,7 @@ def _groups_f32[qtype: StaticString](
     def row(n: Int, r: Int, far: Bool) {var y, var x, var xp, var xo, var xs, var xb, var w, var row_bytes, var K}:
         qgemv_row_groups[qtype](x, xp, xo, xs, xb, w, row_bytes, y, n, K, far)
 
-    _for_rows[1](row, N, row_bytes, ctx)
+    _for_rows[1](row, span, row_bytes, ctx)
     xp.unsafe_free()
     xo.unsafe_free()
     xs.unsafe_free()
@@ -109,8 +134,8 @@ def _groups_f32[qtype: StaticString](
 
 
 def _octets_f32[qtype: StaticString](
-    y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, N: Int, K: Int, ctx: DeviceContext
-) raises:
+    y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, K: Int, span: RowSpan, ctx: DeviceContext
+):
     # Float x, M = 1, Q4 on AVX2 without VNNI: octets of 8 blocks in integers (qgemv_octets.mojo).
     var no = K // OCTET_VALUES
     var xp = rebind[I8Ptr](scratch[DType.int8](no * OCTET_X_BYTES))
@@ -121,16 +146,16 @@ def _octets_f32[qtype: StaticString](
     def row(n: Int, r: Int, far: Bool) {var y, var x, var xp, var xo, var co, var w, var row_bytes, var K}:
         qgemv_row_octets[qtype](x, xp, xo, co, w, row_bytes, y, n, K, far)
 
-    _for_rows[1](row, N, row_bytes, ctx)
+    _for_rows[1](row, span, row_bytes, ctx)
     xp.unsafe_free()
     xo.unsafe_free()
     co.unsafe_free()
 
 
 def _q8_pairs[qtype: StaticString](
-    y: Ptr[F32], qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], w: BytePtr, row_bytes: Int, N: Int, K: Int,
+    y: Ptr[F32], qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], w: BytePtr, row_bytes: Int, K: Int, span: RowSpan,
     ctx: DeviceContext,
-) raises:
+):
     # Int8 x, M = 1, Q4: block pairs (qdot_int8.mojo), and octets of 8 blocks where OCTETS; x
     # rearranged once per call. With octets only the pairs after the last whole octet read xs2 / cx2.
     # The pair rows take the far prefetch on more hosts than the other rows (far_allowed).
@@ -153,7 +178,7 @@ def _q8_pairs[qtype: StaticString](
                 return
         qgemv_row_q8_pairs[qtype, FAR=False](qx2, xs2, cx2, xo, co, qx, dx, sx, w, row_bytes, y, n, K)
 
-    _for_rows[1, pairs=True](row, N, row_bytes, ctx)
+    _for_rows[1, pairs=True](row, span, row_bytes, ctx)
     qx2.unsafe_free()
     xs2.unsafe_free()
     cx2.unsafe_free()
@@ -162,9 +187,9 @@ def _q8_pairs[qtype: StaticString](
 
 
 def _q8_mpairs[MROWS: Int, qtype: StaticString](
-    y: Ptr[F32], qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], w: BytePtr, row_bytes: Int, N: Int, K: Int,
+    y: Ptr[F32], qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], w: BytePtr, row_bytes: Int, K: Int, span: RowSpan,
     ctx: DeviceContext,
-) raises:
+):
     # Int8 x, 3 to 8 rows: two x rows per dot product (row_pair_layout_q8), faster at 8 rows; at 2
     # rows the one-row form with two accumulator sets was as fast or faster.
     comptime MP = (MROWS + 1) // 2
@@ -174,36 +199,36 @@ def _q8_mpairs[MROWS: Int, qtype: StaticString](
     var sxp = scratch[F32](nb * 8)
     row_pair_layout_q8(qx, dx, sx, MROWS, nb, qxp, dxp, sxp)
 
-    def row(n: Int, r: Int, far: Bool) {var y, var qxp, var dxp, var sxp, var w, var row_bytes, var N, var K}:
-        qgemv_row_q8_mpairs[MROWS, qtype](qxp, dxp, sxp, w, row_bytes, y, n, N, K, far)
+    def row(n: Int, r: Int, far: Bool) {var y, var qxp, var dxp, var sxp, var w, var row_bytes, var span, var K}:
+        qgemv_row_q8_mpairs[MROWS, qtype](qxp, dxp, sxp, w, row_bytes, y, n, span.ldy, K, far)
 
-    _for_rows[1](row, N, row_bytes, ctx)
+    _for_rows[1](row, span, row_bytes, ctx)
     qxp.unsafe_free()
     dxp.unsafe_free()
     sxp.unsafe_free()
 
 
 def _k_q8[MROWS: Int, qtype: StaticString](
-    y: Ptr[F32], qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], w: BytePtr, row_bytes: Int, N: Int, K: Int,
+    y: Ptr[F32], qx: I8Ptr, dx: Ptr[F32], sx: Ptr[F32], w: BytePtr, row_bytes: Int, K: Int, span: RowSpan,
     ctx: DeviceContext,
-) raises:
+):
     # Int8 x, the K-quants, up to 8 rows per weight pass (qgemv_ksuper_q8.mojo), x laid out once.
     var qxk = rebind[I8Ptr](scratch[DType.int8](MROWS * K if kq8_permutes_x[qtype]() else 1))
     var xh = scratch[F32](MROWS * (K // 16) if kq8_uses_xh[qtype]() else 1)
     kq8_layout[qtype](qx, dx, MROWS, K, qxk, xh)
     var xk = qxk if kq8_permutes_x[qtype]() else qx
 
-    def row(n: Int, r: Int, far: Bool) {var y, var xk, var dx, var sx, var xh, var w, var row_bytes, var N, var K}:
-        qgemv_row_k_q8[MROWS, qtype](xk, dx, sx, xh, w, row_bytes, y, n, N, K, far)
+    def row(n: Int, r: Int, far: Bool) {var y, var xk, var dx, var sx, var xh, var w, var row_bytes, var span, var K}:
+        qgemv_row_k_q8[MROWS, qtype](xk, dx, sx, xh, w, row_bytes, y, n, span.ldy, K, far)
 
-    _for_rows[1](row, N, row_bytes, ctx)
+    _for_rows[1](row, span, row_bytes, ctx)
     qxk.unsafe_free()
     xh.unsafe_free()
 
 
 def _rows_q8[MROWS: Int, qtype: StaticString](
-    y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, N: Int, K: Int, ctx: DeviceContext
-) raises:
+    y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, K: Int, span: RowSpan, ctx: DeviceContext
+):
     # Int8 x (act = "q8"): x quantized per block once per call (qdot_int8.mojo), shared by all tasks,
     # then the layout of the M = 1 Q4 pairs, of 3+ rows, or the plain int8 rows (one weight row at a
     # time: two rows side by side measured no gain on this path).
@@ -214,49 +239,43 @@ def _rows_q8[MROWS: Int, qtype: StaticString](
     var sx = scratch[F32](MROWS * nb)
     quantize_rows_q8(x, MROWS, K, qx, dx, sx)
     comptime if is_kquant[qtype]():
-        _k_q8[MROWS, qtype](y, qx, dx, sx, w, row_bytes, N, K, ctx)
+        _k_q8[MROWS, qtype](y, qx, dx, sx, w, row_bytes, K, span, ctx)
     elif MROWS == 1 and q4:
-        _q8_pairs[qtype](y, qx, dx, sx, w, row_bytes, N, K, ctx)
+        _q8_pairs[qtype](y, qx, dx, sx, w, row_bytes, K, span, ctx)
     elif MROWS > 2:
-        _q8_mpairs[MROWS, qtype](y, qx, dx, sx, w, row_bytes, N, K, ctx)
+        _q8_mpairs[MROWS, qtype](y, qx, dx, sx, w, row_bytes, K, span, ctx)
     else:
 
-        def row(n: Int, r: Int, far: Bool) {var y, var qx, var dx, var sx, var w, var row_bytes, var N, var K}:
-            qgemv_rows_q8[MROWS, 1, qtype](qx, dx, sx, w, row_bytes, y, n, N, K, far)
+        def row(n: Int, r: Int, far: Bool) {var y, var qx, var dx, var sx, var w, var row_bytes, var span, var K}:
+            qgemv_rows_q8[MROWS, 1, qtype](qx, dx, sx, w, row_bytes, y, n, span.ldy, K, far)
 
-        _for_rows[1](row, N, row_bytes, ctx)
+        _for_rows[1](row, span, row_bytes, ctx)
     qx.unsafe_free()
     dx.unsafe_free()
     sx.unsafe_free()
 
 
 def _qgemv_m[MROWS: Int, qtype: StaticString, act: StaticString](
-    y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, N: Int, K: Int, ctx: DeviceContext
-) raises:
+    y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, K: Int, span: RowSpan, ctx: DeviceContext
+):
     # y[MROWS, N] = x[MROWS, K] @ dequant(w)^T, on the path the activation form, M, qtype and host take.
     # Each path allocates only its own scratch.
     comptime q4_row = MROWS == 1 and (qtype == "q4_0" or qtype == "q4_1")
     comptime if act == "q8":
-        _rows_q8[MROWS, qtype](y, x, w, row_bytes, N, K, ctx)
+        _rows_q8[MROWS, qtype](y, x, w, row_bytes, K, span, ctx)
     elif q4_row and GROUPS_F32:
-        _groups_f32[qtype](y, x, w, row_bytes, N, K, ctx)
+        _groups_f32[qtype](y, x, w, row_bytes, K, span, ctx)
     elif q4_row and OCTETS_F32:
-        _octets_f32[qtype](y, x, w, row_bytes, N, K, ctx)
+        _octets_f32[qtype](y, x, w, row_bytes, K, span, ctx)
     else:
-        _rows_f32[MROWS, qtype](y, x, w, row_bytes, N, K, ctx)
+        _rows_f32[MROWS, qtype](y, x, w, row_bytes, K, span, ctx)
 
 
-def qmatmul_cpu[qtype: StaticString, act: StaticString](
-    y: Ptr[F32], x: Ptr[F32], w: BytePtr, M: Int, N: Int, K: Int, ctx: DeviceContext
-) raises:
-    """Computes y = x @ dequant(w)^T; K must be a multiple of 32 (checked by the op).
-
-    act "q8" quantizes x to int8 per block on the decode path (M <= 32); the GEMM keeps float32.
-    """
+def qgemv_cpu[qtype: StaticString, act: StaticString](
+    y: Ptr[F32], x: Ptr[F32], w: BytePtr, M: Int, K: Int, span: RowSpan, ctx: DeviceContext
+):
+    """y[m, n] (at y + m * span.ldy + n) = x[m, :] @ dequant(w[n])^T for m < M <= QGEMV_MAX_M and n in span."""
     var row_bytes = row_bytes_of[qtype](K)
-    if M > QGEMV_MAX_M:
-        gemm_cpu[qtype](y, x, w, row_bytes, M, N, K, ctx)
-        return
     var m0 = 0
     while m0 < M:
         # Balanced groups (M = 9 runs 5 + 4, not 8 + 1): fewer rows per pass cost a little less.
@@ -264,5 +283,19 @@ def qmatmul_cpu[qtype: StaticString, act: StaticString](
         var rows = ceil_div(M - m0, groups)
         comptime for m in range(1, GEMV_MAX_M + 1):
             if rows == m:
-                _qgemv_m[m, qtype, act](y.unsafe_offset(m0 * N), x.unsafe_offset(m0 * K), w, row_bytes, N, K, ctx)
+                _qgemv_m[m, qtype, act](y.unsafe_offset(m0 * span.ldy), x.unsafe_offset(m0 * K), w, row_bytes, K, span, ctx)
         m0 += rows
+
+
+def qmatmul_cpu[qtype: StaticString, act: StaticString](
+    y: Ptr[F32], x: Ptr[F32], w: BytePtr, M: Int, N: Int, K: Int, ctx: DeviceContext, ldy: Int
+) raises:
+    """Computes y = x @ dequant(w)^T, y's rows ldy apart (N for a plain [M, N] y); K must be a multiple
+    of 32 (checked by the op).
+
+    act "q8" quantizes x to int8 per block on the decode path (M <= 32); the GEMM keeps float32.
+    """
+    if M > QGEMV_MAX_M:
+        gemm_cpu[qtype](y, x, w, row_bytes_of[qtype](K), M, N, K, ctx, ldy)
+        return
+    qgemv_cpu[qtype, act](y, x, w, M, K, RowSpan(0, N, ldy, False), ctx)

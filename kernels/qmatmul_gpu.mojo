@@ -32,9 +32,9 @@ comptime VEC = 16         # bytes per staging load
 
 
 def _lanes_kernel[dtype: DType, qtype: StaticString, X_ALIGN: Int](
-    y: Ptr[dtype], x: Ptr[dtype], w: BytePtr, M: Int32, N: Int32, K: Int32
+    y: Ptr[dtype], x: Ptr[dtype], w: BytePtr, M: Int32, N: Int32, K: Int32, LDY: Int32
 ):
-    # y: [M, N]; x: [M, K]; w: [N, K / 32 * block_bytes] bytes.
+    # y: [M, N], rows LDY apart; x: [M, K]; w: [N, K / 32 * block_bytes] bytes.
     var lane = Int(lane_id())
     var n = Int(block_idx.x) * WARPS + Int(thread_idx.x) // WARP_SIZE
     var m0 = Int(block_idx.y) * MGROUP
@@ -59,13 +59,13 @@ def _lanes_kernel[dtype: DType, qtype: StaticString, X_ALIGN: Int](
     comptime for m in range(MGROUP):
         var s = warp_sum(acc[m])
         if lane == 0 and m < rows:
-            y[unsafe_offset=(m0 + m) * Int(N) + n] = s.cast[dtype]()
+            y[unsafe_offset=(m0 + m) * Int(LDY) + n] = s.cast[dtype]()
 
 
 def _staged_kernel[dtype: DType, qtype: StaticString, X_ALIGN: Int](
-    y: Ptr[dtype], x: Ptr[dtype], w: BytePtr, M: Int32, N: Int32, K: Int32
+    y: Ptr[dtype], x: Ptr[dtype], w: BytePtr, M: Int32, N: Int32, K: Int32, LDY: Int32
 ):
-    # y: [M, N]; x: [M, K]; w: [N, row_bytes] bytes, its base 16-byte aligned (checked at launch).
+    # y: [M, N], rows LDY apart; x: [M, K]; w: [N, row_bytes] bytes, its base 16-byte aligned (checked at launch).
     # A warp's slot holds one step's bytes from the 16-byte boundary at or below their start, so a
     # block keeps its alignment modulo 16 in shared memory (Q4_1 reads its header as one 4-byte pair).
     comptime TILE_BYTES = chunk_offset[qtype](STAGE)
@@ -128,25 +128,25 @@ def _staged_kernel[dtype: DType, qtype: StaticString, X_ALIGN: Int](
     comptime for m in range(MGROUP):
         var s = warp_sum(acc[m])
         if lane == 0 and m < rows:
-            y[unsafe_offset=(m0 + m) * Int(N) + n] = s.cast[dtype]()
+            y[unsafe_offset=(m0 + m) * Int(LDY) + n] = s.cast[dtype]()
 
 
 def _launch[dtype: DType, qtype: StaticString, staged: Bool, X_ALIGN: Int](
-    y: Ptr[dtype], x: Ptr[dtype], w: BytePtr, M: Int, N: Int, K: Int, ctx: DeviceContext
+    y: Ptr[dtype], x: Ptr[dtype], w: BytePtr, M: Int, N: Int, K: Int, ctx: DeviceContext, ldy: Int
 ) raises:
     var grid = (ceil_div(N, WARPS), ceil_div(M, MGROUP))
     comptime if staged:
         ctx.enqueue_function[_staged_kernel[dtype, qtype, X_ALIGN]](
-            y, x, w, Int32(M), Int32(N), Int32(K), grid_dim=grid, block_dim=WARPS * WARP_SIZE,
+            y, x, w, Int32(M), Int32(N), Int32(K), Int32(ldy), grid_dim=grid, block_dim=WARPS * WARP_SIZE,
         )
     else:
         ctx.enqueue_function[_lanes_kernel[dtype, qtype, X_ALIGN]](
-            y, x, w, Int32(M), Int32(N), Int32(K), grid_dim=grid, block_dim=WARPS * WARP_SIZE,
+            y, x, w, Int32(M), Int32(N), Int32(K), Int32(ldy), grid_dim=grid, block_dim=WARPS * WARP_SIZE,
         )
 
 
 def qmatmul_gpu[dtype: DType, qtype: StaticString, variant: StaticString](
-    y: Ptr[dtype], x: Ptr[dtype], w: BytePtr, M: Int, N: Int, K: Int, ctx: DeviceContext
+    y: Ptr[dtype], x: Ptr[dtype], w: BytePtr, M: Int, N: Int, K: Int, ctx: DeviceContext, ldy: Int
 ) raises:
     """Launches one warp per (weight row, group of 8 x rows); variant "auto" | "lanes" | "staged"."""
     comptime assert variant == "auto" or variant == "lanes" or variant == "staged", (
@@ -160,6 +160,6 @@ def qmatmul_gpu[dtype: DType, qtype: StaticString, variant: StaticString](
     if Int(w) % need != 0:
         raise Error("crucible.qmatmul[", variant, "] on GPU: the weight buffer must start ", need, "-byte aligned")
     if Int(x) % 16 == 0:
-        _launch[dtype, qtype, staged, 16](y, x, w, M, N, K, ctx)
+        _launch[dtype, qtype, staged, 16](y, x, w, M, N, K, ctx, ldy)
     else:
-        _launch[dtype, qtype, staged, size_of[dtype]()](y, x, w, M, N, K, ctx)
+        _launch[dtype, qtype, staged, size_of[dtype]()](y, x, w, M, N, K, ctx, ldy)

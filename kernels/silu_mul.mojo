@@ -16,7 +16,7 @@ from .common import F32, FW, Ptr, ceil_div, cpu_threads, parallel_for
 
 
 @always_inline
-def _silu_mul[act: StaticString, W: Int](g: SIMD[F32, W], u: SIMD[F32, W]) -> SIMD[F32, W]:
+def gated_act[act: StaticString, W: Int](g: SIMD[F32, W], u: SIMD[F32, W]) -> SIMD[F32, W]:
     comptime if act == "gelu_tanh":
         var z2 = 1.5957691216057308 * (g + 0.044715 * g * g * g)  # 2 sqrt(2/pi) (g + 0.044715 g^3)
         return g / (1.0 + exp(-z2)) * u
@@ -25,7 +25,36 @@ def _silu_mul[act: StaticString, W: Int](g: SIMD[F32, W], u: SIMD[F32, W]) -> SI
         return g / (1.0 + exp(-g)) * u
 
 
-def _silu_mul_kernel[act: StaticString, dtype: DType](y: Ptr[dtype], gu: Ptr[dtype], T: Int32, I: Int32):
+def silu_mul_block[act: StaticString](y: Ptr[F32], gu: Ptr[F32], t0: Int, t1: Int, lo: Int, hi: Int, I: Int):
+    """y[t, lo:hi] = act(g[t, lo:hi]) * u[t, lo:hi] for rows t0 <= t < t1; gu: [T, 2I] rows [g | u], y: [T, I]."""
+    for t in range(t0, t1):
+        var g = gu.unsafe_offset(t * 2 * I)
+        var u = g.unsafe_offset(I)
+        var o = y.unsafe_offset(t * I)
+        var i = lo
+        while i + FW <= hi:
+            o.unsafe_store(i, gated_act[act, FW](g.unsafe_load[width=FW](i), u.unsafe_load[width=FW](i)))
+            i += FW
+        while i < hi:
+            o[unsafe_offset=i] = gated_act[act, 1](g[unsafe_offset=i], u[unsafe_offset=i])
+            i += 1
+
+
+def silu_mul_cpu[act: StaticString](y: Ptr[F32], gu: Ptr[F32], T: Int, I: Int, ctx: DeviceContext) raises:
+    """y[T, I] = act(g) * u over gu [T, 2I] = [g | u], split over the cores by rows when it is large."""
+    var tasks = 1 if T * I < 65536 else cpu_threads()
+    var per = ceil_div(T, tasks)
+
+    def rows(task: Int) {var y, var gu, var T, var I, var per}:
+        silu_mul_block[act](y, gu, task * per, min(T, (task + 1) * per), 0, I, I)
+
+    if tasks == 1:
+        rows(0)
+    else:
+        parallel_for(rows, tasks, ctx)
+
+
+def silu_mul_kernel[act: StaticString, dtype: DType](y: Ptr[dtype], gu: Ptr[dtype], T: Int32, I: Int32):
     var idx = Int(global_idx.x)
     var width = Int(I)
     if idx >= Int(T) * width:
@@ -34,7 +63,7 @@ def _silu_mul_kernel[act: StaticString, dtype: DType](y: Ptr[dtype], gu: Ptr[dty
     var i = idx % width
     var g = gu[unsafe_offset=t * 2 * width + i].cast[F32]()
     var u = gu[unsafe_offset=t * 2 * width + width + i].cast[F32]()
-    y[unsafe_offset=idx] = _silu_mul[act, 1](g, u).cast[dtype]()
+    y[unsafe_offset=idx] = gated_act[act, 1](g, u).cast[dtype]()
 
 
 @extensibility.register("crucible.silu_mul")
@@ -54,30 +83,9 @@ struct SiluMul:
             return
         comptime if target == "cpu":
             comptime assert y.dtype == F32, "crucible.silu_mul on CPU computes in float32"
-            var yp = rebind[Ptr[F32]](y.unsafe_ptr())
-            var gp = rebind[Ptr[F32]](gate_up.unsafe_ptr())
-            var tasks = 1 if T * I < 65536 else cpu_threads()
-            var per = ceil_div(T, tasks)
-
-            def rows(task: Int) {var yp, var gp, var T, var I, var per}:
-                for t in range(task * per, min(T, (task + 1) * per)):
-                    var g = gp.unsafe_offset(t * 2 * I)
-                    var u = g.unsafe_offset(I)
-                    var o = yp.unsafe_offset(t * I)
-                    var i = 0
-                    while i + FW <= I:
-                        o.unsafe_store(i, _silu_mul[act, FW](g.unsafe_load[width=FW](i), u.unsafe_load[width=FW](i)))
-                        i += FW
-                    while i < I:
-                        o[unsafe_offset=i] = _silu_mul[act, 1](g[unsafe_offset=i], u[unsafe_offset=i])
-                        i += 1
-
-            if tasks == 1:
-                rows(0)
-            else:
-                parallel_for(rows, tasks, ctx)
+            silu_mul_cpu[act](rebind[Ptr[F32]](y.unsafe_ptr()), rebind[Ptr[F32]](gate_up.unsafe_ptr()), T, I, ctx)
         else:
-            ctx.enqueue_function[_silu_mul_kernel[act, y.dtype]](
+            ctx.enqueue_function[silu_mul_kernel[act, y.dtype]](
                 y.unsafe_ptr(), gate_up.unsafe_ptr(), Int32(T), Int32(I),
                 grid_dim=ceil_div(T * I, 256), block_dim=256,
             )

@@ -19,6 +19,7 @@ from crucible.core.bf16 import round_bf16
 from crucible.conformance.matmul_checks import (
     K_QTYPES, QTYPES, check_matmul, check_qmatmul, matmul_graph, qmatmul_graph, quantized_weights,
 )
+from crucible.conformance.qmatmul2_checks import QMATMUL2_PAIRS, check_qmatmul2, qmatmul2_graph, qmatmul2_pairs
 from crucible.conformance.tolerance import U32, UBF16, error_ratio
 
 # Every matmul variant of a target is checked over the whole grid, each its own output of one graph per
@@ -30,9 +31,9 @@ MATMUL_VARIANTS = {
 
 __all__ = [
     "ATTENTION_CASES", "LAYER", "LAYERS", "PAGE_SIZE", "QTYPES", "attention_graphs", "check_attention", "check_elementwise",
-    "check_embedding", "check_matmul", "check_probes", "check_qkv_rope_write", "check_qmatmul", "compile_all",
-    "elementwise_graph", "embedding_graph", "matmul_graph", "probe_graph", "qkv_rope_write_graph", "qmatmul_graph",
-    "run_all",
+    "check_embedding", "check_matmul", "check_probes", "check_qkv_rope_write", "check_qmatmul", "check_qmatmul2",
+    "compile_all", "elementwise_graph", "embedding_graph", "matmul_graph", "probe_graph", "qkv_rope_write_graph",
+    "qmatmul_graph", "qmatmul2_graph", "QMATMUL2_PAIRS", "run_all",
 ]
 
 
@@ -193,6 +194,8 @@ def compile_all(h: Harness) -> list[str]:
         matmul_graph(h, dtype, variants)
     for qtype in QTYPES:
         qmatmul_graph(h, qtype)
+    for qa, qb in qmatmul2_pairs(h.target):
+        qmatmul2_graph(h, qa, qb)
     embedding_graph(h)
     for dtype in ("float32", "bfloat16") if h.target == "gpu" else ("float32",):
         elementwise_graph(h, dtype)
@@ -211,6 +214,8 @@ def run_all(h: Harness) -> list[CaseResult]:
         results += check_matmul(h, dtype, variants)
     for qtype in QTYPES:
         results += check_qmatmul(h, qtype)
+    for qa, qb in qmatmul2_pairs(h.target):
+        results += check_qmatmul2(h, qa, qb)
     results += check_elementwise(h, "float32")
     results += check_embedding(h)
     results += check_attention(h, "float32")

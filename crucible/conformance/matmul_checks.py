@@ -141,7 +141,7 @@ def check_qmatmul(h: Harness, qtype: str) -> list[CaseResult]:
         ref = x.astype(np.float64) @ wd.T
         ys = h.run(model, [x, wq])
         y = ys[0]
-        bound = dot_bound(x, _magnitude(wq, wd, qtype), ref, False)
+        bound = dot_bound(x, magnitude(wq, wd, qtype), ref, False)
         out.append(result(h, "crucible.qmatmul", qtype, "float32", f"M={m} K={k} N={n}",
                           error_ratio(np.abs(y - ref), bound), 1.0))
         if h.target == "gpu":
@@ -159,25 +159,25 @@ def check_qmatmul(h: Harness, qtype: str) -> list[CaseResult]:
         if (m, k, n) == (7,) + shapes[0][1:]:
             wrong = x.astype(np.float64) @ R.dequantize_halves_swapped(wq, qtype, n, k).T
             # The control must fail: the kernel output is far from the misread-layout reference.
-            misread = error_ratio(np.abs(y - wrong), dot_bound(x, _magnitude(wq, wd, qtype), wrong, False))
+            misread = error_ratio(np.abs(y - wrong), dot_bound(x, magnitude(wq, wd, qtype), wrong, False))
             out.append(result(h, "crucible.qmatmul", qtype + ":misread-layout-is-detected", "float32",
                               f"M={m} K={k} N={n}", 1.0 / max(misread, 1e-30), 1.0))
             if h.target == "gpu":  # each read variant reads the layout with its own loads
                 for variant, yv in zip(QMATMUL_GPU_VARIANTS, ys[1:]):
-                    misread = error_ratio(np.abs(yv - wrong), dot_bound(x, _magnitude(wq, wd, qtype), wrong, False))
+                    misread = error_ratio(np.abs(yv - wrong), dot_bound(x, magnitude(wq, wd, qtype), wrong, False))
                     out.append(result(h, "crucible.qmatmul", f"{qtype}:{variant}:misread-layout-is-detected",
                                       "float32", f"M={m} K={k} N={n}", 1.0 / max(misread, 1e-30), 1.0))
             elif len(ys) > 1:  # the int8 path reads the layout with its own code: its own control
                 xq = R.quantize_activations_q8(x)
                 wrong_q = xq @ R.dequantize_halves_swapped(wq, qtype, n, k).T
-                misread = error_ratio(np.abs(ys[1] - wrong_q), dot_bound(xq, _magnitude(wq, wd, qtype), wrong_q, False))
+                misread = error_ratio(np.abs(ys[1] - wrong_q), dot_bound(xq, magnitude(wq, wd, qtype), wrong_q, False))
                 out.append(result(h, "crucible.qmatmul", qtype + ":act=q8:misread-layout-is-detected", "int8 x",
                                   f"M={m} K={k} N={n}", 1.0 / max(misread, 1e-30), 1.0))
     out += _qmatmul_special_x(h, model, qtype, rng)
     return out
 
 
-def _magnitude(wq: np.ndarray, wd: np.ndarray, qtype: str) -> np.ndarray:
+def magnitude(wq: np.ndarray, wd: np.ndarray, qtype: str) -> np.ndarray:
     """|w| for the bound, as |scaled quant| + |offset|: kernels may round the block offset (Q4_1's m,
     Q4_0's -8 d, a K-quant's -dmin m) apart from d q, as ggml's own dot products do, and where the two
     nearly cancel that rounding can be far above |w| itself."""
@@ -203,10 +203,10 @@ def _qmatmul_special_x(h: Harness, model: object, qtype: str, rng: np.random.Gen
     wd = R.dequantize(wq, qtype, n, k)
     ref = x.astype(np.float64) @ wd.T
     y = h.run(model, [x, wq])[0]
-    magnitude = _magnitude(wq, wd, qtype)
+    w_abs = magnitude(wq, wd, qtype)
     out = [result(h, "crucible.qmatmul", qtype + ":special-x", "float32",
                   f"M=1 K={k} N={n} x: zero, tiny, outlier blocks",
-                  error_ratio(np.abs(y - ref), dot_bound(x, magnitude, ref, False)), 1.0)]
+                  error_ratio(np.abs(y - ref), dot_bound(x, w_abs, ref, False)), 1.0)]
     x[0, 300] = np.nan
     y = h.run(model, [x, wq])[0]
     # The error is the count of outputs the NaN did not reach.

@@ -44,6 +44,21 @@ def test_qmatmul(cpu_harness: Harness, qtype: str) -> None:
         assert any(r.variant == qtype + ":act=q8:misread-layout-is-detected" for r in results)
 
 
+@pytest.mark.parametrize("pair", checks.QMATMUL2_PAIRS, ids=lambda p: "+".join(p))
+def test_qmatmul2(cpu_harness: Harness, pair: tuple[str, str]) -> None:
+    results = checks.check_qmatmul2(cpu_harness, *pair)
+    tag = "+".join(pair)
+    variants = {r.variant for r in results}
+    # Every epilogue in both activation forms, bit-equal to the unfused ops at M = 1, and the control.
+    for act in ("", ":act=q8"):
+        assert {f"{tag}{act}:{e}" for e in ("cat", "silu", "gelu_tanh", "equals-unfused-at-M=1",
+                                           "gate-up-swap-is-detected")} <= variants
+    # M = 1, batched decode and prefill (300 rows: the GEMM and its epilogue).
+    assert {1, 7, 20, 300} <= {int(r.shape.split()[0][2:]) for r in results if r.variant == tag + ":cat"}
+    # 6 M values (f32) + the 4 decode ones (q8), 3 shapes, 3 epilogues.
+    _assert_all_pass(results, (6 + 4) * 3 * 3)
+
+
 def test_rmsnorm_rope_silu(cpu_harness: Harness) -> None:
     results = checks.check_elementwise(cpu_harness, "float32")
     assert {r.op for r in results} == {"crucible.rmsnorm", "crucible.add_rmsnorm", "crucible.rope",
