@@ -54,11 +54,11 @@ def whole(M: Int, K: Int, N: Int, reps: Int, ctx: DeviceContext) raises:
     _fill(x, M * K, 3)
     _fill(w, N * K, 4)
     var wb = rebind[BytePtr](w)
-    gemm_cpu["f32"](y, x, wb, K * 4, M, N, K, ctx)
+    gemm_cpu["f32"](y, x, wb, K * 4, M, N, K, ctx, N)
     var times = List[Float64]()
     for _ in range(reps):
         var t0 = perf_counter_ns()
-        gemm_cpu["f32"](y, x, wb, K * 4, M, N, K, ctx)
+        gemm_cpu["f32"](y, x, wb, K * 4, M, N, K, ctx, N)
         times.append(Float64(perf_counter_ns() - t0))
     sort(times)
     # Spot check against a float64 dot product: a driver that times wrong results is no profile.

@@ -66,11 +66,11 @@ def _whole_op[qtype: StaticString, act: StaticString](
 ) raises -> Float32:
     """Times qmatmul_cpu over `copies` distinct N x K weight copies from DRAM; prints and returns y[0]."""
     for c in range(copies):
-        qmatmul_cpu[qtype, act](yo, x, ws.unsafe_offset(c * op_bytes), 1, N, K, ctx)
+        qmatmul_cpu[qtype, act](yo, x, ws.unsafe_offset(c * op_bytes), 1, N, K, ctx, N)
     var t0 = perf_counter_ns()
     for _ in range(passes):
         for c in range(copies):
-            qmatmul_cpu[qtype, act](yo, x, ws.unsafe_offset(c * op_bytes), 1, N, K, ctx)
+            qmatmul_cpu[qtype, act](yo, x, ws.unsafe_offset(c * op_bytes), 1, N, K, ctx, N)
     var per_op = Float64(perf_counter_ns() - t0) / Float64(passes * copies)
     print(qtype, "whole op, all cores, from DRAM, N", N, "K", K, "copies", copies, ":", per_op / 1000.0, "us per op,",
           Float64(op_bytes) / per_op, "GB/s of weights, act", act)

@@ -30,7 +30,7 @@ from .quant import block_values, row_bytes_of
 from .silu_mul import silu_mul_block, silu_mul_cpu, silu_mul_kernel
 
 
-def _qmatmul2_cpu[qa: StaticString, qb: StaticString, act: StaticString, epilogue: StaticString](
+def qmatmul2_cpu[qa: StaticString, qb: StaticString, act: StaticString, epilogue: StaticString](
     y: Ptr[F32], x: Ptr[F32], wa: BytePtr, wb: BytePtr, M: Int, Na: Int, Nb: Int, K: Int, ctx: DeviceContext
 ) raises:
     # ab: [M, Na + Nb] = [A | B]: y itself for "cat", else scratch that the epilogue reads.
@@ -124,7 +124,7 @@ struct QMatmul2:
             return
         comptime if target == "cpu":
             comptime assert y.dtype == F32, "crucible.qmatmul2 on CPU computes in float32"
-            _qmatmul2_cpu[qa, qb, act, epilogue](
+            qmatmul2_cpu[qa, qb, act, epilogue](
                 rebind[Ptr[F32]](y.unsafe_ptr()), rebind[Ptr[F32]](x.unsafe_ptr()), rebind[BytePtr](wa.unsafe_ptr()),
                 rebind[BytePtr](wb.unsafe_ptr()), M, Na, Nb, K, ctx,
             )

@@ -229,7 +229,8 @@ def _k_q8[MROWS: Int, qtype: StaticString](
 def _rows_q8[MROWS: Int, qtype: StaticString](
     y: Ptr[F32], x: Ptr[F32], w: BytePtr, row_bytes: Int, K: Int, span: RowSpan, ctx: DeviceContext
 ):
-    # Int8 x (act = "q8"): x quantized per block once per call (qdot_int8.mojo), shared by all tasks,
+    # Int8 x (act = "q8"): x quantized per block once per call (qdot_int8.mojo), shared by all tasks
+    # (crucible.qmatmul2's tasks each call this on their own span, so quantize x once per task),
     # then the layout of the M = 1 Q4 pairs, of 3+ rows, or the plain int8 rows (one weight row at a
     # time: two rows side by side measured no gain on this path).
     comptime q4 = qtype == "q4_0" or qtype == "q4_1"

@@ -1,6 +1,7 @@
-"""GGUF files that mix tensor types, as llama.cpp's presets write them: q, k and v (and gate and up) of
-different types run as separate matmuls and are concatenated, equal types stay fused, and F16 norms
-are read. The model must match transformers on the same file (which dequantizes each tensor).
+"""GGUF files that mix tensor types, as llama.cpp's presets write them: q, k and v of three types run as
+separate matmuls and are concatenated, gate and up of two types run as one crucible.qmatmul2 (with the
+SwiGLU epilogue), equal types stay fused, and F16 norms are read. The model must match transformers on
+the same file (which dequantizes each tensor).
 
 Bound as in test_parity_tiny.py (the same dequantized weights on both sides): 1e-4 + 2e-6 * max|logit|.
 """
@@ -30,6 +31,7 @@ def test_mixed_types_match_transformers(mixed: Path) -> None:
     layer = model.weights.layers[0]
     assert [lin.qtype for lin in layer.qkv] == ["q8_0", "q4_0", "f16"]  # three matmuls
     assert [lin.qtype for lin in layer.gate_up] == ["q4_0", "q4_1"]
+    assert model.provenance["ops"]["crucible:crucible.qmatmul2"] == TINY_LLAMA.num_layers  # gate, up
     assert [lin.qtype for lin in (layer.o_proj, layer.down)] == ["q4_0", "q4_0"]
     ids = np.random.default_rng(5).integers(3, TINY_LLAMA.vocab_size, 60).tolist()
     ours, theirs = full_logits(model, ids), Reference(mixed).logits(ids)
@@ -45,8 +47,8 @@ def test_control_the_parts_in_the_wrong_order_must_fail(mixed: Path, monkeypatch
 
     real = llama._project_parts
 
-    def swapped(x, name, parts, binder, act):
-        return real(x, name, parts[::-1] if len(parts) > 1 else parts, binder, act)
+    def swapped(x, name, parts, binder, act, fuse=True):
+        return real(x, name, parts[::-1] if len(parts) > 1 else parts, binder, act, fuse)
 
     monkeypatch.setattr(llama, "_project_parts", swapped)
     ids = np.random.default_rng(5).integers(3, TINY_LLAMA.vocab_size, 60).tolist()

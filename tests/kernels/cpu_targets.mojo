@@ -6,7 +6,7 @@
 # Covered: matmul (gemv, GEMM with its panel transposes), qmatmul for every block format and both
 # activation modes (float and int8 decode rows, block pairs, row pairs, decode-into-panel GEMM),
 # attention (ragged prefill, and paged decode in slot order), the rmsnorm / fused add-rmsnorm rows,
-# rope rows and the silu_mul vector. Not covered: the ops' `execute` wrappers, whose CPU branches are
+# rope rows, the silu_mul vector and qmatmul2's two-weight split (cat and gated). Not covered: the ops' `execute` wrappers, whose CPU branches are
 # FW-generic loops around these (they need MAX's tensor types, which only a graph provides).
 
 from max.gpu.host import DeviceContext
@@ -16,10 +16,11 @@ from kernels.common import BytePtr, F32, FW, Ptr, scratch
 from kernels.kv_layout import KVView
 from kernels.matmul_cpu import matmul_cpu
 from kernels.qmatmul_cpu import qmatmul_cpu
+from kernels.qmatmul2 import qmatmul2_cpu
 from kernels.quant import QBLOCK, block_bytes
 from kernels.rmsnorm import _add_rms_row_cpu, _rms_row_cpu
 from kernels.rope import RW, RopeVecs, rope_angles, rope_head_cpu
-from kernels.silu_mul import _silu_mul
+from kernels.silu_mul import gated_act
 
 
 def _zeros(n: Int) -> Ptr[F32]:
@@ -53,11 +54,14 @@ def qmatmuls[qtype: StaticString](ctx: DeviceContext) raises:
     for i in range(bytes):
         w[unsafe_offset=i] = 0
     var x = _zeros(64 * K)
-    var y = _zeros(64 * N)
+    var y = _zeros(64 * 2 * N)
     for m in [1, 3, 64]:
-        qmatmul_cpu[qtype, "f32"](y, x, w, m, N, K, ctx)
+        qmatmul_cpu[qtype, "f32"](y, x, w, m, N, K, ctx, N)
         comptime if qtype != "f16":  # the formats with an int8-activation path
-            qmatmul_cpu[qtype, "q8"](y, x, w, m, N, K, ctx)
+            qmatmul_cpu[qtype, "q8"](y, x, w, m, N, K, ctx, N)
+        # crucible.qmatmul2: the weight beside itself, concatenated ([m, 2N] fits y) and gated.
+        qmatmul2_cpu[qtype, qtype, "f32", "cat"](y, x, w, w, m, N, N, K, ctx)
+        qmatmul2_cpu[qtype, qtype, "f32", "silu"](y, x, w, w, m, N, N, K, ctx)
     w.unsafe_free()
     x.unsafe_free()
     y.unsafe_free()
@@ -111,8 +115,8 @@ def rows() raises:
     rope_angles(3.0, inv_freq, 64, c, sn)
     rope_head_cpu[False](head, head, c, sn, 3.0, inv_freq, 64)
     rope_head_cpu[True](head, head, c, sn, 3.0, inv_freq, 64)
-    head.unsafe_store(0, _silu_mul["silu", FW](head.unsafe_load[width=FW](0), head.unsafe_load[width=FW](FW)))
-    head.unsafe_store(0, _silu_mul["gelu_tanh", FW](head.unsafe_load[width=FW](0), head.unsafe_load[width=FW](FW)))
+    head.unsafe_store(0, gated_act["silu", FW](head.unsafe_load[width=FW](0), head.unsafe_load[width=FW](FW)))
+    head.unsafe_store(0, gated_act["gelu_tanh", FW](head.unsafe_load[width=FW](0), head.unsafe_load[width=FW](FW)))
     for p in [s, y, h, w, inv_freq, head]:
         p.unsafe_free()
 
