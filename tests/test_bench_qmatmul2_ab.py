@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.qmatmul2_ab import PatternConfig, main, run
+from benchmarks.qmatmul2_ab import PatternConfig, main
 
 
 def test_config_is_validated() -> None:
@@ -17,8 +17,9 @@ def test_config_is_validated() -> None:
 
 
 def test_short_run_times_both_graphs(capsys: pytest.CaptureFixture[str]) -> None:
-    # run() raises if the fused graph's output is not the unfused one's, bit for bit.
-    unfused, fused = run(PatternConfig(pattern="qkv", act="f32", layers=2, rounds=2, reps=2), log=lambda m: None)
-    assert len(unfused) == len(fused) == 2 and min(unfused + fused) > 0
-    assert main(["--pattern", "mlp", "--qtype", "q8_0", "--act", "q8", "--layers", "2", "--rounds", "1"]) == 0
-    assert "fused / unfused" in capsys.readouterr().out
+    # run() raises unless the fused graph's output is the unfused one's, bit for bit; two graphs of
+    # one layer each keep the compile short.
+    assert main(["--pattern", "mlp", "--qtype", "q8_0", "--act", "q8", "--layers", "1", "--rounds", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "outputs equal" in out and "fused / unfused" in out
+    assert len(out.split("unfused ms:")[1].splitlines()[0].split()) == 2  # one median per round
