@@ -6,7 +6,7 @@
 #   qa, qb    each weight's block format (crucible.qmatmul's qtype; the same or not).
 #   act       crucible.qmatmul's activation form ("f32" | "q8"), for both weights.
 #   epilogue  "cat":       y = [A | B]                [M, Na + Nb]: q|k|v or gate|up stored in two types
-#                          (llama.cpp's K-quant presets), without a concat op after three matmul ops.
+#                          (llama.cpp's K-quant presets): one op where two matmuls and a concat ran.
 #             "silu":      y = silu(A) * B            [M, Na], Na == Nb: the SwiGLU MLP,
 #             "gelu_tanh": y = gelu_tanh(A) * B       Gemma's GeGLU: gate|up and crucible.silu_mul in one.
 # Why: a batch-1 decode step is ~270 small ops, and each costs a dispatch and a hand-off to the cores
