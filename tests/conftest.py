@@ -21,6 +21,27 @@ from tests.support.tiny_models import (
 )
 
 
+# Compile-only targets beyond those we serve on (sm_90a; the CPUs): sm_80 (A100) and gfx942 (MI300X)
+# show the GPU kernels are not tied to Hopper, and apple-m1 is NEON at 4 lanes as neoverse-v2 is. They
+# cost a quarter of the cold suite on a slow 2-core host, so they run on request:
+# `make test ARGS=--all-targets`.
+ALL_TARGETS_OPTION = "--all-targets"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(ALL_TARGETS_OPTION, action="store_true",
+                     help="also compile for targets we do not serve on (sm_80, gfx942, apple-m1)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption(ALL_TARGETS_OPTION):
+        return
+    skip = pytest.mark.skip(reason=f"a target we do not serve on: run with {ALL_TARGETS_OPTION}")
+    for item in items:
+        if item.get_closest_marker("extra_target"):
+            item.add_marker(skip)
+
+
 @dataclass(frozen=True)
 class TinyModelFiles:
     """Every on-disk form of one tiny model."""
