@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from crucible.reference import Reference
 from graphs.model import CrucibleModel
+from tests.support.background import BackgroundJobs
 from tests.support.tiny_models import (
     GGUF_WEIGHT_TYPES,
     TINY_GEMMA3,
@@ -40,6 +42,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("extra_target"):
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def background_jobs(request: pytest.FixtureRequest,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackgroundJobs]:
+    """Starts, with the first test, the job of every selected test whose module defines
+    `background_command(request, **params)` (tests/support/background.py says why)."""
+    jobs = BackgroundJobs(tmp_path_factory.mktemp("background"))
+    for item in request.session.items:
+        command = getattr(item.module, "background_command", None)
+        if command is not None and item.get_closest_marker("skip") is None:
+            jobs.start(item.nodeid, command(request, **item.callspec.params))
+    yield jobs
+    jobs.stop_all()
 
 
 @dataclass(frozen=True)

@@ -10,25 +10,32 @@ device check; here the graphs and every kernel in them must code-generate for ea
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
 
-from crucible.core.proc import child_env
+from tests.support.background import BackgroundJobs
+
+
+def _specs(tiny_models) -> list[tuple[str, str]]:
+    return [(str(tiny_models["llama"].hf), "float32"), (str(tiny_models["qwen2"].hf_bf16), "bfloat16"),
+            (str(tiny_models["gemma3"].hf), "bfloat16"), ("smollm2-135m", "bfloat16"),
+            (str(tiny_models["llama"].hf_bf16), "bfloat16")]
+
+
+def background_command(request: pytest.FixtureRequest, arch: str) -> list[str]:
+    """The compile of one architecture, started with the session (tests/support/background.py)."""
+    specs = _specs(request.getfixturevalue("tiny_models"))
+    return [sys.executable, "-m", "crucible.conformance.gpu_model_compile", "--api", "cuda", "--arch", arch,
+            *(f"{m}:{d}" for m, d in specs)]
 
 
 @pytest.mark.gpu_compile
 @pytest.mark.parametrize("arch", ["sm_90a", pytest.param("sm_80", marks=pytest.mark.extra_target)])
-def test_decoders_compile_for_the_gpu(tiny_models, arch: str) -> None:
-    specs = [(str(tiny_models["llama"].hf), "float32"), (str(tiny_models["qwen2"].hf_bf16), "bfloat16"),
-             (str(tiny_models["gemma3"].hf), "bfloat16"), ("smollm2-135m", "bfloat16"),
-             (str(tiny_models["llama"].hf_bf16), "bfloat16")]
-    proc = subprocess.run(
-        [sys.executable, "-m", "crucible.conformance.gpu_model_compile", "--api", "cuda", "--arch", arch,
-         *(f"{m}:{d}" for m, d in specs)],
-        capture_output=True, text=True, env=child_env(), timeout=1800,
-    )
+def test_decoders_compile_for_the_gpu(background_jobs: BackgroundJobs, request: pytest.FixtureRequest,
+                                      tiny_models, arch: str) -> None:
+    specs = _specs(tiny_models)
+    proc = background_jobs.run(request.node.nodeid, background_command(request, arch), timeout=2400)
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert [(m["model"], m["dtype"]) for m in report["models"]] == specs

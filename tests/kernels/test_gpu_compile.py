@@ -8,7 +8,6 @@ one architecture (those two run with `--all-targets`). Each architecture compile
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
@@ -16,7 +15,7 @@ import pytest
 from crucible.conformance.attention_checks import HEAD_DIMS
 from crucible.conformance.matmul_checks import QTYPES
 from crucible.conformance.qmatmul2_checks import QMATMUL2_GPU_PAIRS
-from crucible.core.proc import child_env
+from tests.support.background import BackgroundJobs
 
 EXPECTED_GRAPHS = {f"qmatmul_{q}" for q in QTYPES} | {f"qmatmul2_{a}_{b}" for a, b in QMATMUL2_GPU_PAIRS} | {
     f"attention_{kind}_{d}" for d in HEAD_DIMS for kind in ("ragged_float32", "ragged_bfloat16", "paged")} | {
@@ -25,17 +24,20 @@ EXPECTED_GRAPHS = {f"qmatmul_{q}" for q in QTYPES} | {f"qmatmul2_{a}_{b}" for a,
 } | {f"qkv_rope_write_{d}" for d in (*HEAD_DIMS, 80)}
 
 
+def background_command(request: pytest.FixtureRequest, api: str, arch: str) -> list[str]:
+    """The compile of one architecture, started with the session (tests/support/background.py)."""
+    return [sys.executable, "-m", "crucible.conformance.gpu_compile", "--api", api, "--arch", arch]
+
+
 @pytest.mark.gpu_compile
 @pytest.mark.parametrize("api,arch", [
     ("cuda", "sm_90a"),
     pytest.param("cuda", "sm_80", marks=pytest.mark.extra_target),
     pytest.param("hip", "gfx942", marks=pytest.mark.extra_target),
 ])
-def test_gpu_branches_compile(api: str, arch: str) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "crucible.conformance.gpu_compile", "--api", api, "--arch", arch],
-        capture_output=True, text=True, env=child_env(), timeout=1800,
-    )
+def test_gpu_branches_compile(background_jobs: BackgroundJobs, request: pytest.FixtureRequest,
+                              api: str, arch: str) -> None:
+    proc = background_jobs.run(request.node.nodeid, background_command(request, api, arch), timeout=2400)
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(report["graphs"]) == EXPECTED_GRAPHS

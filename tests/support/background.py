@@ -1,0 +1,73 @@
+"""Compile-only subprocesses started when the session starts, at low priority.
+
+The virtual-GPU compiles (the op grid, the whole decoders) are a sixth of the cold suite, need nothing
+from the other tests and do not time anything. The rest of the suite keeps 2 cores two-thirds busy, so
+these jobs start with the first test, niced, and take the cores the others leave idle; their tests
+collect the results where they run. A test run alone starts its job when it needs it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from crucible.core.proc import child_env
+
+NICENESS = 10  # the foreground tests (servers, timed steps) keep their share of the cores
+
+
+@dataclass
+class _Job:
+    argv: list[str]
+    proc: subprocess.Popen
+    out: Path
+    err: Path
+
+
+class BackgroundJobs:
+    """Named subprocesses writing to files under `root` (pipes would fill while nobody reads them)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._jobs: dict[str, _Job] = {}
+
+    def start(self, key: str, argv: list[str]) -> None:
+        """Starts `argv` under `key` unless a job of that key runs already."""
+        if key in self._jobs:
+            return
+        name = f"job{len(self._jobs)}"
+        out, err = self.root / f"{name}.out", self.root / f"{name}.err"
+        with out.open("wb") as o, err.open("wb") as e:
+            proc = subprocess.Popen(argv, stdout=o, stderr=e, env=child_env(),
+                                    preexec_fn=lambda: os.nice(NICENESS))
+        self._jobs[key] = _Job(argv, proc, out, err)
+
+    def run(self, key: str, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+        """The finished job of `key` (started now if it was not), like subprocess.run(..., text=True).
+
+        Args:
+            key: the job's name (a test's node id).
+            argv: its command; must be the command it was started with.
+            timeout: seconds to wait from now before the job is killed and TimeoutExpired raised.
+
+        Returns:
+            Its exit status, stdout and stderr.
+        """
+        self.start(key, argv)
+        job = self._jobs[key]
+        assert job.argv == argv, f"{key} was started as {job.argv}"
+        try:
+            job.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            job.proc.kill()
+            raise
+        return subprocess.CompletedProcess(argv, job.proc.returncode, job.out.read_text(), job.err.read_text())
+
+    def stop_all(self) -> None:
+        """Kills the jobs nobody collected (a run stopped early or deselected their tests)."""
+        for job in self._jobs.values():
+            if job.proc.poll() is None:
+                job.proc.kill()
+                job.proc.wait()
