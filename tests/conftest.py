@@ -10,7 +10,7 @@ import pytest
 
 from crucible.reference import Reference
 from graphs.model import CrucibleModel
-from tests.support.background import BackgroundJobs
+from tests.support.background import EARLY_JOBS, BackgroundJobs
 from tests.support.tiny_models import (
     GGUF_WEIGHT_TYPES,
     TINY_GEMMA3,
@@ -36,6 +36,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Skipped rather than deselected, so that -ra prints the reason and how to run them.
     if config.getoption(ALL_TARGETS_OPTION):
         return
     skip = pytest.mark.skip(reason=f"a target we do not serve on: run with {ALL_TARGETS_OPTION}")
@@ -47,13 +48,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session", autouse=True)
 def background_jobs(request: pytest.FixtureRequest,
                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackgroundJobs]:
-    """Starts, with the first test, the job of every selected test whose module defines
-    `background_command(request, **params)` (tests/support/background.py says why)."""
+    """Starts, with the first test, the jobs of the first EARLY_JOBS selected tests whose module defines
+    `background_command` (tests/support/background.py); the others start when their test runs."""
     jobs = BackgroundJobs(tmp_path_factory.mktemp("background"))
     for item in request.session.items:
-        command = getattr(item.module, "background_command", None)
-        if command is not None and item.get_closest_marker("skip") is None:
-            jobs.start(item.nodeid, command(request, **item.callspec.params))
+        command = getattr(getattr(item, "module", None), "background_command", None)
+        if command is None or item.get_closest_marker("skip") is not None or jobs.started >= EARLY_JOBS:
+            continue
+        params = getattr(item, "callspec", None)
+        try:
+            jobs.start(item.nodeid, command(request, **(params.params if params else {})))
+        except Exception:  # noqa: BLE001 - the test starts its job again and reports the error itself
+            continue
     yield jobs
     jobs.stop_all()
 

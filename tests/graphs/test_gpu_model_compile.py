@@ -17,7 +17,8 @@ import pytest
 from tests.support.background import BackgroundJobs
 
 
-def _specs(tiny_models) -> list[tuple[str, str]]:
+def _specs(tiny_models: dict) -> list[tuple[str, str]]:
+    """(model, dtype) of each decoder, in the order the report lists them."""
     return [(str(tiny_models["llama"].hf), "float32"), (str(tiny_models["qwen2"].hf_bf16), "bfloat16"),
             (str(tiny_models["gemma3"].hf), "bfloat16"), ("smollm2-135m", "bfloat16"),
             (str(tiny_models["llama"].hf_bf16), "bfloat16")]

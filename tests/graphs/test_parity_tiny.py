@@ -1,4 +1,5 @@
-"""Full-sequence logits of our graphs against transformers, for the tiny models in every weight form.
+"""Full-sequence logits of our graphs against transformers, for the tiny models in their weight forms
+(every form on the tiny Llama; ARCH_FORMS says why).
 
 Bounds: both sides compute in fp32 on the same (for GGUF: the same dequantized) weights, so the only
 differences are summation order and transcendental implementations, a relative effect of a few fp32
