@@ -24,9 +24,8 @@ from tests.support.tiny_models import (
 
 
 # Compile-only targets beyond those we serve on (sm_90a; the CPUs): sm_80 (A100) and gfx942 (MI300X)
-# show the GPU kernels are not tied to Hopper, and apple-m1 is NEON at 4 lanes as neoverse-v2 is. They
-# cost a quarter of the cold suite on a slow 2-core host, so they run on request:
-# `make test ARGS=--all-targets`.
+# show the GPU kernels are not tied to Hopper, and apple-m1 is NEON at 4 lanes as neoverse-v2 is. Their
+# compiles are long on 2 cores, so they run on request: `make test ARGS=--all-targets`.
 ALL_TARGETS_OPTION = "--all-targets"
 
 
@@ -52,12 +51,11 @@ def background_jobs(request: pytest.FixtureRequest,
     `background_command` (tests/support/background.py); the others start when their test runs."""
     jobs = BackgroundJobs(tmp_path_factory.mktemp("background"))
     for item in request.session.items:
-        command = getattr(getattr(item, "module", None), "background_command", None)
-        if command is None or item.get_closest_marker("skip") is not None or jobs.started >= EARLY_JOBS:
+        if (not hasattr(getattr(item, "module", None), "background_command")
+                or item.get_closest_marker("skip") is not None or jobs.started >= EARLY_JOBS):
             continue
-        params = getattr(item, "callspec", None)
         try:
-            jobs.start(item.nodeid, command(request, **(params.params if params else {})))
+            jobs.start(item, request)
         except Exception:  # noqa: BLE001 - the test starts its job again and reports the error itself
             continue
     yield jobs

@@ -36,7 +36,7 @@ def background_command(request: pytest.FixtureRequest, arch: str) -> list[str]:
 def test_decoders_compile_for_the_gpu(background_jobs: BackgroundJobs, request: pytest.FixtureRequest,
                                       tiny_models, arch: str) -> None:
     specs = _specs(tiny_models)
-    proc = background_jobs.run(request.node.nodeid, background_command(request, arch), timeout=2400)
+    proc = background_jobs.run(request, timeout=2400)
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert [(m["model"], m["dtype"]) for m in report["models"]] == specs

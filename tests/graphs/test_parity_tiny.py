@@ -24,7 +24,7 @@ ARCHS = ["llama", "qwen2", "qwen3", "gemma3"]
 # Every weight form on the tiny Llama. The weight form is read by the architecture-independent loader
 # into the same projection ops, while the architecture shapes the graph around them, so the other
 # architectures take the float HF form, the two block formats the greedy and prefill/decode tests
-# need anyway (Q4_1, Q8_0) and one more each: 19 graphs where the full cross is 28, a minute each cold.
+# need anyway (Q4_1, Q8_0) and one more each: 19 graphs where the full cross is 28.
 ARCH_FORMS = {"llama": FORMS, "qwen2": ("hf", "Q4_0", "Q8_0", "Q4_1"), "qwen3": ("hf", "F16", "Q8_0", "Q4_1"),
               "gemma3": ("hf", "hf_bf16", "Q8_0", "Q4_1")}
 

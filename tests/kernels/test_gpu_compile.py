@@ -37,7 +37,7 @@ def background_command(request: pytest.FixtureRequest, api: str, arch: str) -> l
 ])
 def test_gpu_branches_compile(background_jobs: BackgroundJobs, request: pytest.FixtureRequest,
                               api: str, arch: str) -> None:
-    proc = background_jobs.run(request.node.nodeid, background_command(request, api, arch), timeout=2400)
+    proc = background_jobs.run(request, timeout=2400)
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(report["graphs"]) == EXPECTED_GRAPHS

@@ -1,12 +1,12 @@
 """Compile-only subprocesses started when the session starts, at low priority.
 
-The virtual-GPU compiles (the op grid, the whole decoders) are a sixth of the cold suite, need nothing
-from the other tests and do not time anything. The rest of the suite keeps 2 cores two-thirds busy, so
-these jobs start with the first test, niced, and take the cores the others leave idle; their tests
-collect the results where they run. A test run alone starts its job when it needs it.
+The virtual-GPU compiles (the op grid, the whole decoders) are long, need nothing from the other
+tests and time nothing, while the rest of the suite leaves the cores partly idle (compiles, servers
+waiting). So these jobs start with the first test, niced, and their tests collect the results where
+they run. A test run alone starts its job when it needs it.
 
 A test module opts in by defining `background_command(request, **params) -> argv` for its
-parametrized test; the test calls `BackgroundJobs.run(request.node.nodeid, that argv, timeout)`.
+parametrized test; the test calls `BackgroundJobs.run(request, timeout)`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from crucible.core.proc import child_env
 
@@ -38,42 +40,43 @@ class BackgroundJobs:
         self.root = root
         self._jobs: dict[str, _Job] = {}
 
-    def start(self, key: str, argv: list[str]) -> None:
-        """Starts `argv` under `key` unless a job of that key runs already."""
-        if key in self._jobs:
+    def start(self, item: pytest.Item, request: pytest.FixtureRequest) -> None:
+        """Starts the job of test `item` (its module's `background_command`) unless it runs already."""
+        if item.nodeid in self._jobs:
             return
+        spec = getattr(item, "callspec", None)
+        argv = item.module.background_command(request, **(spec.params if spec else {}))
         name = f"job{len(self._jobs)}"
         out, err = self.root / f"{name}.out", self.root / f"{name}.err"
         # Its own session: a kill reaches the compile workers it spawns too.
         with out.open("wb") as o, err.open("wb") as e:
             proc = subprocess.Popen(["nice", "-n", str(NICENESS), *argv], stdout=o, stderr=e, env=child_env(),
                                     start_new_session=True)
-        self._jobs[key] = _Job(argv, proc, out, err)
+        self._jobs[item.nodeid] = _Job(argv, proc, out, err)
 
     @property
     def started(self) -> int:
         return len(self._jobs)
 
-    def run(self, key: str, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
-        """The finished job of `key` (started now if it was not), like subprocess.run(..., text=True).
+    def run(self, request: pytest.FixtureRequest, timeout: float) -> subprocess.CompletedProcess:
+        """The finished job of the requesting test (started now if it was not), like
+        subprocess.run(..., text=True).
 
         Args:
-            key: the job's name (a test's node id).
-            argv: its command; must be the command it was started with.
+            request: the test's own request.
             timeout: seconds to wait from now before the job is killed and TimeoutExpired raised.
 
         Returns:
             Its exit status, stdout and stderr.
         """
-        self.start(key, argv)
-        job = self._jobs[key]
-        assert job.argv == argv, f"{key} was started as {job.argv}"
+        self.start(request.node, request)
+        job = self._jobs[request.node.nodeid]
         try:
             job.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self._kill(job)
             raise
-        return subprocess.CompletedProcess(argv, job.proc.returncode, job.out.read_text(errors="replace"),
+        return subprocess.CompletedProcess(job.argv, job.proc.returncode, job.out.read_text(errors="replace"),
                                            job.err.read_text(errors="replace"))
 
     def stop_all(self) -> None:
