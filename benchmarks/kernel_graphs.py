@@ -224,17 +224,19 @@ class GraphSet:
 
         return self.get(f"attn_{system}_{dtype}_{kv_params.n_kv_heads}_{d}_{n_heads}_{layers}", types, build)
 
-    def overhead_chain(self, copies: int, parallel: bool):
-        """`copies` crucible.overhead_probe ops in sequence (each adds 1 to the previous output)."""
+    def overhead_chain(self, copies: int, parallel: bool, phases: int = 1):
+        """`copies` crucible.overhead_probe ops in sequence (each adds 1 to the previous output), each
+        with `phases` phases when parallel."""
         f32 = DType.float32
 
         def build(x):
             y = x.tensor
             for _ in range(copies):
-                y = K.overhead_probe(y, parallel)
+                y = K.overhead_probe(y, parallel, phases)
             return [y]
 
-        return self.get(f"overhead_{copies}_{parallel}", [TensorType(f32, [1], device=self.ref)], build)
+        name = f"overhead_{copies}_{parallel}" + (f"_p{phases}" if phases != 1 else "")
+        return self.get(name, [TensorType(f32, [1], device=self.ref)], build)
 
     def bandwidth(self):
         types = [TensorType(DType.float32, ["n"], device=self.ref)]

@@ -219,14 +219,19 @@ class KernelBench:
         divided by `copies` leaves out the per-execute cost. op_dispatch_us: an op whose body runs on
         the calling runtime worker. parallel_handoff_us: what handing one empty item per core to the
         runtime's workers adds (every parallel CPU kernel pays it; on the GPU, a wider launch).
+        phase_us: one phase boundary inside one hand-off (common.parallel_phases: one op of
+        `copies` + 1 phases against one of 1), what a parallel op fused into its neighbour pays
+        instead of its hand-off (on the GPU, one more launch).
         """
         one = self._buf(np.ones(1, np.float32))
         systems = {f"{kind}_{n}": self._call(self.graphs.overhead_chain(n, kind == "parallel"), [one])
                    for kind in ("serial", "parallel") for n in (1, copies + 1)}
+        systems["phases"] = self._call(self.graphs.overhead_chain(1, True, copies + 1), [one])
         t = time_interleaved(systems, rounds=3, block_s=0.2)
         per_op = {kind: (t[f"{kind}_{copies + 1}"].median - t[f"{kind}_1"].median) / copies * 1e6
                   for kind in ("serial", "parallel")}
-        return {"op_dispatch_us": per_op["serial"], "parallel_handoff_us": per_op["parallel"] - per_op["serial"]}
+        return {"op_dispatch_us": per_op["serial"], "parallel_handoff_us": per_op["parallel"] - per_op["serial"],
+                "phase_us": (t["phases"].median - t["parallel_1"].median) / copies * 1e6}
 
     def matmul_rows(self, model: ModelShapes, m: int, name: str, k: int, n: int) -> None:
         x = self.rng.standard_normal((m, k)).astype(np.float32)
@@ -505,7 +510,8 @@ class KernelBench:
         log(f"CPU: {describe_cpu(cpu_info())}")
         log(f"read bandwidth {self.extra['read_bandwidth_gbps']:.1f} GB/s, "
             f"execute overhead {self.extra['exec_overhead_us']:.1f} us, per op in a graph: dispatch "
-            f"{self.extra['op_dispatch_us']:.2f} us + parallel hand-off {self.extra['parallel_handoff_us']:.2f} us, "
+            f"{self.extra['op_dispatch_us']:.2f} us + parallel hand-off {self.extra['parallel_handoff_us']:.2f} us "
+            f"(a phase boundary inside one hand-off: {self.extra['phase_us']:.2f} us), "
             f"CPU threads: {self.threads.status}")
         if self.targets_only and self.target == "gpu":
             self.gpu_chain_rows()

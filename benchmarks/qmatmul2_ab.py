@@ -1,13 +1,16 @@
-"""crucible.qmatmul2 against the unfused ops it replaces, batch 1, in one process, interleaved rounds.
+"""crucible.qmatmul2 and crucible.mlp against the ops they replace, batch 1, in one process, interleaved rounds.
 
     .venv/bin/python -m benchmarks.qmatmul2_ab --pattern mlp --qtype q5_0 --act q8
     .venv/bin/python -m benchmarks.qmatmul2_ab --pattern qkv --act q8
+    .venv/bin/python -m benchmarks.qmatmul2_ab --pattern mlp_op --qtype q5_0 --act q8
 
 Each graph chains one pattern over `layers` layers of random weights, SmolLM2's widths (H 576, I 1536,
 q|k 768 + v 192), so a decode step's worth of them runs per execute:
   mlp: x -> act(x @ gate^T) * (x @ up^T) -> @ down^T -> x    (unfused: qmatmul, qmatmul, concat, silu_mul)
   qkv: x -> [x @ (q|k)^T | x @ v^T] (Q5_0 + Q8_0, as in SmolLM2's Q4_K_M) -> @ o^T -> x
                                                            (unfused: qmatmul, qmatmul, concat)
+  mlp_op: the mlp pattern as one crucible.mlp (kernels/mlp.mojo: one hand-off of two phases)
+                                                           (unfused: qmatmul2 gated, then qmatmul)
 The two graphs must give the same output; the score per round is the median execute time.
 benchmarks/kernel_ab.py --unfused-a measures the same change inside the whole model, where this
 host's drift between rounds is larger than the difference.
@@ -29,8 +32,8 @@ class PatternConfig:
     """What to run.
 
     Attributes:
-        pattern: "mlp" or "qkv".
-        qtype: Block format of every weight of "mlp" (qkv is Q5_0 + Q8_0, then a Q5_0 o).
+        pattern: "mlp", "qkv" or "mlp_op".
+        qtype: Block format of every weight of "mlp" and "mlp_op" (qkv is Q5_0 + Q8_0, then a Q5_0 o).
         act: The qmatmuls' activation form, "f32" or "q8".
         layers: Patterns chained per graph.
         rounds: Interleaved rounds per graph.
@@ -45,8 +48,8 @@ class PatternConfig:
     reps: int = 50
 
     def __post_init__(self) -> None:
-        if self.pattern not in ("mlp", "qkv"):
-            raise ValueError(f"pattern must be mlp or qkv, got {self.pattern!r}")
+        if self.pattern not in ("mlp", "qkv", "mlp_op"):
+            raise ValueError(f"pattern must be mlp, qkv or mlp_op, got {self.pattern!r}")
         if self.act not in ("f32", "q8"):
             raise ValueError(f"act must be f32 or q8, got {self.act!r}")
         if self.layers < 1 or self.rounds < 1 or self.reps < 1:
@@ -62,7 +65,7 @@ def _weights(cfg: PatternConfig, rng: np.random.Generator) -> list[np.ndarray]:
 
     out = []
     for _ in range(cfg.layers):
-        if cfg.pattern == "mlp":
+        if cfg.pattern in ("mlp", "mlp_op"):
             out += [q(INTER, H, cfg.qtype), q(INTER, H, cfg.qtype), q(H, INTER, cfg.qtype)]
         else:
             out += [q(QK, H, "q5_0"), q(V, H, "q8_0"), q(H, QK + V, "q5_0")]
@@ -83,7 +86,14 @@ def _graph(cfg: PatternConfig, weights: list[np.ndarray], fused: bool, kernels_p
         x = g.inputs[0].tensor  # [1, H]
         for layer in range(cfg.layers):
             a, b, out_w = (g.inputs[1 + 3 * layer + j].tensor for j in range(3))
-            if cfg.pattern == "mlp":
+            if cfg.pattern == "mlp_op":
+                qt = cfg.qtype
+                if fused:
+                    x = K.mlp(x, a, b, out_w, INTER, H, qt, qt, qt, cfg.act, "silu")  # [1, H]
+                else:
+                    x = K.qmatmul(K.qmatmul2(x, a, b, INTER, INTER, H, qt, qt, cfg.act, "silu"), out_w, H, INTER, qt,
+                                  cfg.act)
+            elif cfg.pattern == "mlp":
                 qt = cfg.qtype
                 if fused:
                     h = K.qmatmul2(x, a, b, INTER, INTER, H, qt, qt, cfg.act, "silu")  # [1, I]
@@ -134,15 +144,15 @@ def run(cfg: PatternConfig, log=print) -> tuple[list[float], list[float]]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.qmatmul2_ab", description=__doc__.split("\n")[0])
-    p.add_argument("--pattern", choices=("mlp", "qkv"), default="mlp")
-    p.add_argument("--qtype", default="q5_0", help="mlp: every weight's block format")
+    p.add_argument("--pattern", choices=("mlp", "qkv", "mlp_op"), default="mlp")
+    p.add_argument("--qtype", default="q5_0", help="mlp, mlp_op: every weight's block format")
     p.add_argument("--act", choices=("f32", "q8"), default="q8")
     p.add_argument("--layers", type=int, default=30)
     p.add_argument("--rounds", type=int, default=15)
     args = p.parse_args(argv)
     cfg = PatternConfig(args.pattern, args.qtype, args.act, args.layers, args.rounds)
     unfused, fused = run(cfg, log=lambda m: print(m, flush=True))
-    what = f"{cfg.pattern} ({cfg.qtype if cfg.pattern == 'mlp' else 'q5_0 + q8_0'}), act {cfg.act}"
+    what = f"{cfg.pattern} ({'q5_0 + q8_0' if cfg.pattern == 'qkv' else cfg.qtype}), act {cfg.act}"
     print(f"{what}, {cfg.layers} layers per execute, batch 1, {cfg.rounds} interleaved rounds of {cfg.reps} executes")
     print("unfused ms: " + " ".join(f"{v:.3f}" for v in unfused))
     print("fused ms:   " + " ".join(f"{v:.3f}" for v in fused))

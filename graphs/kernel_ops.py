@@ -142,6 +142,43 @@ def qmatmul2(x: TensorValue, wa: TensorValue, wb: TensorValue, n_a: int, n_b: in
                       parameters={"qa": qa, "qb": qb, "act": act_a, "epilogue": epilogue})[0].tensor
 
 
+def mlp(x: TensorValue, wg: TensorValue, wu: TensorValue, wd: TensorValue, n_inter: int, hidden: int,
+        qg: QType, qu: QType, qd: QType, act: ActQuant = "f32", gate: Epilogue = "silu") -> TensorValue:
+    """The gated MLP over GGUF block weights in one op (kernels/mlp.mojo):
+    (gate(x @ Wg^T) * (x @ Wu^T)) @ Wd^T.
+
+    Computes exactly what qmatmul2 (gated) then qmatmul compute, with one dispatch and, in CPU decode,
+    one hand-off of two phases instead of two ops.
+
+    Args:
+        x: [M, H] activations (float32, or bfloat16 on GPU).
+        wg: [I, H / block * block_bytes] uint8 blocks of format qg.
+        wu: [I, ...] uint8 blocks of format qu.
+        wd: [H, I / block * block_bytes] uint8 blocks of format qd.
+        n_inter: I.
+        hidden: H.
+        qg: Block format of wg.
+        qu: Block format of wu.
+        qd: Block format of wd.
+        act: As qmatmul's; the three formats must run the same effective form (effective_act).
+        gate: "silu" or "gelu_tanh".
+
+    Returns:
+        [M, H] in x's dtype.
+    """
+    _check_qweight(wg, n_inter, hidden, qg)
+    _check_qweight(wu, n_inter, hidden, qu)
+    _check_qweight(wd, hidden, n_inter, qd)
+    if gate not in ("silu", "gelu_tanh"):
+        raise ValueError(f"gate must be 'silu' or 'gelu_tanh', got {gate!r}")
+    acts = {effective_act(q, act, _device(x)) for q in (qg, qu, qd)}
+    if len(acts) != 1:
+        raise ValueError(f"{qg}, {qu} and {qd} run different activation forms for act={act}: one mlp runs one form")
+    out = TensorType(x.dtype, [x.shape[0], hidden], device=_device(x))
+    return ops.custom("crucible.mlp", _device(x), [x, wg, wu, wd], [out],
+                      parameters={"qg": qg, "qu": qu, "qd": qd, "act": acts.pop(), "gate": gate})[0].tensor
+
+
 def embedding(ids: TensorValue, table: TensorValue, hidden: int, qtype: str,
               dtype: DType = DType.float32) -> TensorValue:
     """Gathers rows of an embedding table, decoding GGUF blocks for the gathered rows only.
@@ -342,16 +379,22 @@ def read_bandwidth(x: TensorValue) -> TensorValue:
     return ops.custom("crucible.read_bandwidth", _device(x), [x], [out])[0].tensor
 
 
-def overhead_probe(x: TensorValue, parallel: bool) -> TensorValue:
+def overhead_probe(x: TensorValue, parallel: bool, phases: int = 1) -> TensorValue:
     """x + 1 and no other work: chained, it times the fixed cost of one op (dispatch, and with
     `parallel` the hand-off of one empty item per core to the runtime's workers).
 
     Args:
         x: [1] float32.
         parallel: Whether the body goes through the parallel hand-off every parallel CPU kernel uses.
+        phases: With parallel, that many phases of empty items in the one hand-off
+            (common.parallel_phases): one phase boundary costs what an op with P phases costs over one
+            with 1, divided by P - 1.
 
     Returns:
         [1] float32, x + 1.
     """
+    if phases < 1:
+        raise ValueError(f"phases must be >= 1, got {phases}")
     out = TensorType(DType.float32, [1], device=_device(x))
-    return ops.custom("crucible.overhead_probe", _device(x), [x], [out], parameters={"parallel": parallel})[0].tensor
+    return ops.custom("crucible.overhead_probe", _device(x), [x], [out],
+                      parameters={"parallel": parallel, "phases": phases})[0].tensor

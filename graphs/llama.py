@@ -120,23 +120,44 @@ def _project_parts(x: TensorValue, name: str, parts: tuple[Linear, ...], binder:
     return ops.concat([_project(x, binder.linear(f"{name}.{j}", lin), act) for j, lin in enumerate(parts)], axis=1)
 
 
-def _gated_mlp(x: TensorValue, name: str, parts: tuple[Linear, ...], binder: _WeightBinder, act: K.ActQuant,
-               mlp_act: K.GatedAct, fuse: bool = True) -> TensorValue:
-    # x: [T, H] -> act(x @ gate^T) * (x @ up^T): [T, I]. Over GGUF bytes (and if fuse), one
-    # crucible.qmatmul2 with the gated epilogue (a fused gate|up is bound as its two halves, row views
-    # of the same bytes); else the projection, then crucible.silu_mul.
-    if not fuse:
-        return K.silu_mul(_project_parts(x, name, parts, binder, act, fuse), mlp_act)
+def _gate_up_halves(parts: tuple[Linear, ...]) -> tuple[Linear, Linear] | None:
+    # gate and up as two parts of one width: a fused gate|up split into its two halves (row views of
+    # the same bytes), or the two parts as they are; None when they are not two such parts.
     halves = parts
     if len(parts) == 1 and parts[0].bias is None and parts[0].n_out % 2 == 0:
         lin, width = parts[0], parts[0].n_out // 2
         halves = tuple(Linear(lin.qtype, lin.data[j * width:(j + 1) * width], width, lin.k_in) for j in (0, 1))
-    if len(halves) == 2 and halves[0].n_out == halves[1].n_out:
-        pair = _pair_bound(x, name, halves, binder, act)
+    return halves if len(halves) == 2 and halves[0].n_out == halves[1].n_out else None
+
+
+def _gated_mlp(x: TensorValue, name: str, parts: tuple[Linear, ...], binder: _WeightBinder, act: K.ActQuant,
+               mlp_act: K.GatedAct, fuse: bool = True) -> TensorValue:
+    # x: [T, H] -> act(x @ gate^T) * (x @ up^T): [T, I]. Over GGUF bytes (and if fuse), one
+    # crucible.qmatmul2 with the gated epilogue; else the projection, then crucible.silu_mul.
+    if not fuse:
+        return K.silu_mul(_project_parts(x, name, parts, binder, act, fuse), mlp_act)
+    halves = _gate_up_halves(parts)
+    pair = _pair_bound(x, name, halves, binder, act) if halves is not None else None
+    if pair is not None:
+        g, u = halves
+        return K.qmatmul2(x, *pair, g.n_out, u.n_out, g.k_in, g.qtype, u.qtype, act, mlp_act)
+    return K.silu_mul(_project_parts(x, name, parts, binder, act), mlp_act)
+
+
+def _mlp(x: TensorValue, prefix: str, gate_up: tuple[Linear, ...], down: Linear, binder: _WeightBinder,
+         act: K.ActQuant, mlp_act: K.GatedAct, fuse: bool = True) -> TensorValue:
+    # x: [T, H] -> down(act(x @ gate^T) * (x @ up^T)): [T, H]. Over GGUF bytes (and if fuse), one
+    # crucible.mlp when gate, up and down run one activation form; else _gated_mlp, then down.
+    halves = _gate_up_halves(gate_up) if fuse else None
+    if (halves is not None and down.bias is None and binder.binds_as_bytes(down)
+            and K.effective_act(down.qtype, act, x.device) == K.effective_act(halves[0].qtype, act, x.device)):
+        pair = _pair_bound(x, prefix + "gate_up", halves, binder, act)
         if pair is not None:
             g, u = halves
-            return K.qmatmul2(x, *pair, g.n_out, u.n_out, g.k_in, g.qtype, u.qtype, act, mlp_act)
-    return K.silu_mul(_project_parts(x, name, parts, binder, act), mlp_act)
+            wd = binder.linear(prefix + "down", down)[1]
+            return K.mlp(x, *pair, wd, g.n_out, g.k_in, g.qtype, u.qtype, down.qtype, act, mlp_act)
+    h = _gated_mlp(x, prefix + "gate_up", gate_up, binder, act, mlp_act, fuse)  # [T, I]
+    return _project(h, binder.linear(prefix + "down", down), act)
 
 
 def _residual_norm(h: TensorValue, pending: TensorValue | None, weight: TensorValue,
@@ -186,8 +207,9 @@ def build_graph(cfg: ModelConfig, weights: ModelWeights, kv_params, device: Devi
             "last_token" takes MAX's return_n_logits there and returns each sequence's last row
             (MAX's pipeline with ReturnLogits.LAST_TOKEN).
         activations: Activation format of the quantized projections' decode path (kernel_ops.qmatmul).
-        fuse_pairs: Two-part projections and the gated MLP over GGUF blocks as crucible.qmatmul2 (False:
-            separate matmuls, concat and silu_mul, the same values; the A/B baseline).
+        fuse_pairs: Two-part projections over GGUF blocks as crucible.qmatmul2 and the gated MLP as
+            crucible.mlp (False: separate matmuls, concat and silu_mul, the same values; the A/B
+            baseline).
 
     Returns:
         The graph and the weights registry to load it with (numpy arrays, and MAX Buffers for bf16).
@@ -241,8 +263,7 @@ def build_graph(cfg: ModelConfig, weights: ModelWeights, kv_params, device: Devi
             if layer.post_attn_norm is not None:
                 o = K.rmsnorm(o, binder.add(p + "post_attn_norm", layer.post_attn_norm), eps)
             h, x = _residual_norm(h, o, binder.add(p + "ffn_norm", layer.ffn_norm), eps)
-            mlp_act = _gated_mlp(x, p + "gate_up", layer.gate_up, binder, activations, cfg.mlp_act, fuse_pairs)  # [T, I]
-            mlp_out = _project(mlp_act, binder.linear(p + "down", layer.down), activations)
+            mlp_out = _mlp(x, p, layer.gate_up, layer.down, binder, activations, cfg.mlp_act, fuse_pairs)  # [T, H]
             if layer.post_ffn_norm is not None:
                 mlp_out = K.rmsnorm(mlp_out, binder.add(p + "post_ffn_norm", layer.post_ffn_norm), eps)
         _, h = _residual_norm(h, mlp_out, binder.add("final_norm", weights.final_norm), eps)

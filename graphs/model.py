@@ -41,9 +41,10 @@ class ModelOptions:
         dtype: The graph's compute dtype: "float32", "bfloat16" (GPU only: bf16 weights, activations and
             KV cache, fp32 accumulation and logits; GGUF blocks stay blocks), or "auto" (float32 on CPU,
             bfloat16 on GPU). `compute_dtype` is the resolved one.
-        fuse_pairs: Run two-part projections over GGUF blocks (q|k + v of two types, gate + up) as one
-            crucible.qmatmul2, the gated MLP's activation included; False builds them as separate
-            matmuls, concat and silu_mul (the same values: benchmarks/kernel_ab.py's --unfused-a baseline).
+        fuse_pairs: Run two-part projections over GGUF blocks (q|k + v of two types) as one
+            crucible.qmatmul2 and the gated MLP (gate, up, activation, down) as one crucible.mlp; False
+            builds them as separate matmuls, concat and silu_mul (the same values:
+            benchmarks/kernel_ab.py's --unfused-a baseline).
     """
 
     device: str = "cpu"

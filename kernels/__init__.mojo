@@ -7,6 +7,7 @@
 #   matmul.mojo          matmul: y[M,N] = x[M,K] @ W[N,K]^T
 #   qmatmul.mojo         qmatmul: y = x @ dequant(Wq)^T, every GGUF block format; act="q8": int8 x on CPU
 #   qmatmul2.mojo        qmatmul2: two such projections of one x in one op, concatenated or gated (SwiGLU)
+#   mlp.mojo             mlp: the gated MLP (gate|up, activation, down) in one op, two phases on CPU
 #   embedding.mojo       embedding: rows of a float or GGUF-block table
 #   attention.mojo       attention_ragged (causal GQA prefill, contiguous K/V), attention_paged (prefill
 #                        with history and decode from MAX's paged KV cache)

@@ -70,3 +70,45 @@ def parallel_for[FuncType: def(Int) -> None](func: FuncType, n: Int, ctx: Device
 
     sync_parallelize(worker, workers, rebind[DeviceContextBase[CompilationTarget()]](ctx))
     counter.unsafe_free()
+
+
+def parallel_phases[FuncType: def(Int, Int) -> None](func: FuncType, n: Int, phases: Int, ctx: DeviceContext):
+    """Runs func(p, i) for every phase p < phases and item i < n in one hand-off to the cores; no item
+    of phase p + 1 starts before every item of phase p has finished.
+
+    Why: the hand-off of parallel_for is a fixed cost per op, many times a phase boundary's (the kernel
+    benchmark's op_overhead prints both), so work that would be several parallel ops in a row can be
+    one op with several phases. Items are claimed from a per-phase counter, as in parallel_for, and a
+    worker waits at a boundary only for items another worker has claimed and is running: if a worker
+    never starts, the others take all its items, so a phase cannot wait on work nobody runs.
+    """
+    if n <= 0 or phases <= 0:
+        return
+    var workers = min(n, cpu_threads())
+    if workers == 1:
+        for p in range(phases):
+            for i in range(n):
+                func(p, i)
+        return
+    # state[2 p]: items of phase p claimed; state[2 p + 1]: items of phase p finished.
+    var state = scratch[DType.int64](2 * phases)
+    for j in range(2 * phases):
+        state[unsafe_offset=j] = 0
+
+    def worker(w: Int) {imm func, var state, var n, var phases}:
+        for p in range(phases):
+            var claimed = state.unsafe_offset(2 * p)
+            var finished = state.unsafe_offset(2 * p + 1)
+            while True:
+                var i = Int(Atomic.fetch_add(claimed, 1))
+                if i >= n:
+                    break
+                func(p, i)
+                _ = Atomic.fetch_add(finished, 1)
+            if p + 1 < phases:  # after the last phase sync_parallelize's join waits
+                while Int(Atomic.load(finished)) < n:
+                    pass
+
+    sync_parallelize(worker, workers, rebind[DeviceContextBase[CompilationTarget()]](ctx))
+    state.unsafe_free()
+

@@ -70,7 +70,7 @@ def qmatmul2_cpu[qa: StaticString, qb: StaticString, act: StaticString, epilogue
         ab.unsafe_free()
 
 
-def _qmatmul2_gpu[dtype: DType, qa: StaticString, qb: StaticString, epilogue: StaticString](
+def qmatmul2_gpu[dtype: DType, qa: StaticString, qb: StaticString, epilogue: StaticString](
     y: Ptr[dtype], x: Ptr[dtype], wa: BytePtr, wb: BytePtr, M: Int, Na: Int, Nb: Int, K: Int, ctx: DeviceContext
 ) raises:
     comptime if epilogue == "cat":
@@ -129,7 +129,7 @@ struct QMatmul2:
                 rebind[BytePtr](wb.unsafe_ptr()), M, Na, Nb, K, ctx,
             )
         else:
-            _qmatmul2_gpu[y.dtype, qa, qb, epilogue](
+            qmatmul2_gpu[y.dtype, qa, qb, epilogue](
                 y.unsafe_ptr(), x.unsafe_ptr(), rebind[BytePtr](wa.unsafe_ptr()), rebind[BytePtr](wb.unsafe_ptr()),
                 M, Na, Nb, K, ctx,
             )

@@ -16,10 +16,11 @@ def test_config_is_validated() -> None:
         PatternConfig(layers=0)
 
 
-def test_short_run_times_both_graphs(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("pattern", ["mlp", "mlp_op"])
+def test_short_run_times_both_graphs(capsys: pytest.CaptureFixture[str], pattern: str) -> None:
     # run() raises unless the fused graph's output is the unfused one's, bit for bit; two graphs of
     # one layer each keep the compile short.
-    assert main(["--pattern", "mlp", "--qtype", "q8_0", "--act", "q8", "--layers", "1", "--rounds", "2"]) == 0
+    assert main(["--pattern", pattern, "--qtype", "q8_0", "--act", "q8", "--layers", "1", "--rounds", "2"]) == 0
     out = capsys.readouterr().out
     assert "outputs equal" in out and "fused / unfused" in out
     assert len(out.split("unfused ms:")[1].splitlines()[0].split()) == 2  # one median per round

@@ -19,6 +19,7 @@ from crucible.core.bf16 import round_bf16
 from crucible.conformance.matmul_checks import (
     K_QTYPES, QTYPES, check_matmul, check_qmatmul, matmul_graph, qmatmul_graph, quantized_weights,
 )
+from crucible.conformance.mlp_checks import MLP_TRIPLES, check_mlp, mlp_graph, mlp_triples
 from crucible.conformance.qmatmul2_checks import QMATMUL2_PAIRS, check_qmatmul2, qmatmul2_graph, qmatmul2_pairs
 from crucible.conformance.tolerance import U32, UBF16, error_ratio
 
@@ -31,9 +32,9 @@ MATMUL_VARIANTS = {
 
 __all__ = [
     "ATTENTION_CASES", "LAYER", "LAYERS", "PAGE_SIZE", "QTYPES", "attention_graphs", "check_attention", "check_elementwise",
-    "check_embedding", "check_matmul", "check_probes", "check_qkv_rope_write", "check_qmatmul", "check_qmatmul2",
+    "check_embedding", "check_matmul", "check_mlp", "check_probes", "check_qkv_rope_write", "check_qmatmul", "check_qmatmul2",
     "compile_all", "elementwise_graph", "embedding_graph", "matmul_graph", "probe_graph", "qkv_rope_write_graph",
-    "qmatmul_graph", "qmatmul2_graph", "QMATMUL2_PAIRS", "run_all",
+    "qmatmul_graph", "qmatmul2_graph", "QMATMUL2_PAIRS", "MLP_TRIPLES", "mlp_graph", "run_all",
 ]
 
 
@@ -164,7 +165,8 @@ def check_embedding(h: Harness) -> list[CaseResult]:
 
 
 def probe_graph(h: Harness):
-    """The benchmark's probes: read_bandwidth, and overhead_probe serial then parallel (x + 2)."""
+    """The benchmark's probes: read_bandwidth, and overhead_probe serial, parallel, then parallel in 5
+    phases (x + 3)."""
     from max.dtype import DType
     from max.graph import TensorType
 
@@ -173,7 +175,7 @@ def probe_graph(h: Harness):
     f32 = DType.float32
     types = [TensorType(f32, ["n"], device=h.ref), TensorType(f32, [1], device=h.ref)]
     return h.model("probes", types, lambda x, y: [K.read_bandwidth(x.tensor),
-                                                  K.overhead_probe(K.overhead_probe(y.tensor, False), True)])
+                                                  K.overhead_probe(K.overhead_probe(K.overhead_probe(y.tensor, False), True), True, 5)])
 
 
 def check_probes(h: Harness) -> list[CaseResult]:
@@ -185,7 +187,7 @@ def check_probes(h: Harness) -> list[CaseResult]:
     total, y = h.run(model, [x, np.array([5.0], np.float32)])
     return [result(h, "crucible.read_bandwidth", "", "float32", f"n={x.size}",
                    float(abs(total[0] - x.astype(np.float64).sum())), 0.0),
-            result(h, "crucible.overhead_probe", "serial+parallel", "float32", "[1]", float(abs(y[0] - 7.0)), 0.0)]
+            result(h, "crucible.overhead_probe", "serial+parallel+phases", "float32", "[1]", float(abs(y[0] - 8.0)), 0.0)]
 
 
 def compile_all(h: Harness) -> list[str]:
@@ -196,6 +198,8 @@ def compile_all(h: Harness) -> list[str]:
         qmatmul_graph(h, qtype)
     for qa, qb in qmatmul2_pairs(h.target):
         qmatmul2_graph(h, qa, qb)
+    for triple in mlp_triples(h.target):
+        mlp_graph(h, *triple)
     embedding_graph(h)
     for dtype in ("float32", "bfloat16") if h.target == "gpu" else ("float32",):
         elementwise_graph(h, dtype)
@@ -216,6 +220,8 @@ def run_all(h: Harness) -> list[CaseResult]:
         results += check_qmatmul(h, qtype)
     for qa, qb in qmatmul2_pairs(h.target):
         results += check_qmatmul2(h, qa, qb)
+    for triple in mlp_triples(h.target):
+        results += check_mlp(h, *triple)
     results += check_elementwise(h, "float32")
     results += check_embedding(h)
     results += check_attention(h, "float32")

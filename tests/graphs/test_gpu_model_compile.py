@@ -51,7 +51,7 @@ def test_decoders_compile_for_the_gpu(background_jobs: BackgroundJobs, request: 
     assert qwen2["crucible:crucible.qmatmul"] == 1 and qwen2["crucible:crucible.matmul"] > 0
     assert "crucible:crucible.qmatmul" not in llama
     assert "crucible:crucible.matmul" not in smollm2 and smollm2["crucible:crucible.qmatmul"] > 0
-    # Over GGUF blocks the gate|up projection and its activation are one crucible.qmatmul2 per layer.
-    assert smollm2["crucible:crucible.qmatmul2"] == 30 and "crucible:crucible.silu_mul" not in smollm2
+    # Over GGUF blocks the gate|up projection, its activation and down are one crucible.mlp per layer.
+    assert smollm2["crucible:crucible.mlp"] == 30 and "crucible:crucible.silu_mul" not in smollm2
     # The untied bf16 head is its own weight, bound as bytes for the float32-logits qmatmul.
     assert llama_bf16["crucible:crucible.qmatmul"] == 1 and llama_bf16["crucible:crucible.matmul"] == 8

@@ -1,6 +1,6 @@
 """GGUF files that mix tensor types, as llama.cpp's presets write them: q, k and v of three types run as
-separate matmuls and are concatenated, gate and up of two types run as one crucible.qmatmul2 (with the
-SwiGLU epilogue), equal types stay fused, and F16 norms are read. The model must match transformers on
+separate matmuls and are concatenated, gate and up of two types run with down as one crucible.mlp
+(qmatmul2's two-type gated pass, then down), equal types stay fused, and F16 norms are read. The model must match transformers on
 the same file (which dequantizes each tensor).
 
 Bound as in test_parity_tiny.py (the same dequantized weights on both sides): 1e-4 + 2e-6 * max|logit|.
@@ -31,7 +31,7 @@ def test_mixed_types_match_transformers(mixed: Path) -> None:
     layer = model.weights.layers[0]
     assert [lin.qtype for lin in layer.qkv] == ["q8_0", "q4_0", "f16"]  # three matmuls
     assert [lin.qtype for lin in layer.gate_up] == ["q4_0", "q4_1"]
-    assert model.provenance["ops"]["crucible:crucible.qmatmul2"] == TINY_LLAMA.num_layers  # gate, up
+    assert model.provenance["ops"]["crucible:crucible.mlp"] == TINY_LLAMA.num_layers  # gate, up, down
     assert [lin.qtype for lin in (layer.o_proj, layer.down)] == ["q4_0", "q4_0"]
     ids = np.random.default_rng(5).integers(3, TINY_LLAMA.vocab_size, 60).tolist()
     ours, theirs = full_logits(model, ids), Reference(mixed).logits(ids)

@@ -41,9 +41,9 @@ def test_smollm2_greedy_32_tokens_identical(smollm2_model, smollm2_ref, question
 def test_smollm2_every_hot_op_is_ours_and_weights_stay_quantized(smollm2_model) -> None:
     prov = smollm2_model.provenance
     assert prov["hot_path_fallbacks"] == []
-    assert prov["ops"]["crucible:crucible.qmatmul"] == 30 * 3 + 1  # qkv, o, down per layer + lm_head
-    assert prov["ops"]["crucible:crucible.qmatmul2"] == 30  # gate|up and silu_mul per layer
-    assert "crucible:crucible.silu_mul" not in prov["ops"]
+    assert prov["ops"]["crucible:crucible.qmatmul"] == 30 * 2 + 1  # qkv, o per layer + lm_head
+    assert prov["ops"]["crucible:crucible.mlp"] == 30  # gate|up, silu_mul and down per layer
+    assert "crucible:crucible.silu_mul" not in prov["ops"] and "crucible:crucible.qmatmul2" not in prov["ops"]
     assert prov["ops"]["crucible:crucible.attention_paged"] == 30
     file_bytes = smollm2_model.source.size_bytes
     # Quantized tensors stay in their blocks: the loaded weights are no larger than the file.

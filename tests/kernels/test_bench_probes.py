@@ -48,6 +48,19 @@ def test_overhead_chain_runs_every_op(graphs, parallel: bool) -> None:
     assert y.tolist() == [9.5]
 
 
+@pytest.mark.parametrize("phases", [2, 7])
+def test_overhead_phases_run_every_item_in_phase_order(graphs, phases: int) -> None:
+    """Each item of a phase copies its mark from the same item of the phase before, on whichever
+    worker claims it: x + 1 per op only if every item of every phase ran after the phase before ended
+    (a mark read before it was written would be 0 and lower the increment)."""
+    from max.driver import Buffer
+
+    model = graphs.overhead_chain(3, True, phases)
+    for _ in range(20):  # the workers' interleaving differs from run to run
+        y = model.execute(Buffer.from_numpy(np.array([0.5], np.float32)))[0].to_numpy()
+        assert y.tolist() == [3.5]
+
+
 def test_prebuild_compiles_only_the_accepted_graphs_and_runs_none(graphs) -> None:
     from benchmarks.kernel_graphs import GraphSet, NotRun
 

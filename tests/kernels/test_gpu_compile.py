@@ -14,10 +14,12 @@ import pytest
 
 from crucible.conformance.attention_checks import HEAD_DIMS
 from crucible.conformance.matmul_checks import QTYPES
+from crucible.conformance.mlp_checks import MLP_GPU_TRIPLES
 from crucible.conformance.qmatmul2_checks import QMATMUL2_GPU_PAIRS
 from tests.support.background import BackgroundJobs
 
 EXPECTED_GRAPHS = {f"qmatmul_{q}" for q in QTYPES} | {f"qmatmul2_{a}_{b}" for a, b in QMATMUL2_GPU_PAIRS} | {
+    f"mlp_{g}_{u}_{d}" for g, u, d in MLP_GPU_TRIPLES} | {
     f"attention_{kind}_{d}" for d in HEAD_DIMS for kind in ("ragged_float32", "ragged_bfloat16", "paged")} | {
     "matmul_float32_tiled_gemv", "matmul_bfloat16_auto_tiled_tensor_core_tensor_core_vec_gemv", "embedding",
     "elementwise_float32", "elementwise_bfloat16", "probes",

@@ -13,11 +13,13 @@ from crucible.conformance.precompile import VirtualGPU, graph_keys
 
 from crucible.conformance.attention_checks import HEAD_DIMS
 from crucible.conformance.matmul_checks import QTYPES
+from crucible.conformance.mlp_checks import MLP_TRIPLES
 from crucible.conformance.qmatmul2_checks import QMATMUL2_PAIRS
 
 CPU_GRAPHS = (
     ["matmul_float32_auto_gemm_gemv"] + [f"qmatmul_{q}" for q in QTYPES]
-    + [f"qmatmul2_{a}_{b}" for a, b in QMATMUL2_PAIRS] + ["embedding", "elementwise_float32"]
+    + [f"qmatmul2_{a}_{b}" for a, b in QMATMUL2_PAIRS] + [f"mlp_{g}_{u}_{d}" for g, u, d in MLP_TRIPLES]
+    + ["embedding", "elementwise_float32"]
     + [g for d in HEAD_DIMS for g in (f"attention_ragged_float32_{d}", f"attention_paged_{d}")]
     + [f"qkv_rope_write_{d}" for d in (*HEAD_DIMS, 80)] + ["probes"]
 )

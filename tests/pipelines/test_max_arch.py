@@ -56,8 +56,8 @@ def _assert_ran_crucible(log: str, gguf: bool = False) -> None:
     line = next((ln for ln in log.splitlines() if "Crucible decoder from" in ln), None)
     assert line is not None, "MAX did not load Crucible's architecture"
     assert "'hot_path_fallbacks': []" in line
-    # Over GGUF blocks the gated MLP's activation runs inside crucible.qmatmul2.
-    mlp = "qmatmul2'" if gguf else "silu_mul'"
+    # Over GGUF blocks the whole gated MLP runs as crucible.mlp.
+    mlp = "mlp'" if gguf else "silu_mul'"
     for op in ("attention_paged", "qkv_rope_write", "add_rmsnorm", "rmsnorm'", mlp, "embedding"):
         assert f"crucible.{op}" in line
 
