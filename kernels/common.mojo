@@ -5,6 +5,7 @@ from std.memory.alloc import unsafe_alloc
 from std.sys.info import num_physical_cores, simd_width_of
 from max.algorithm.functional import sync_parallelize
 from std.atomic import Atomic
+from std.ffi import external_call
 from max.gpu.host import DeviceContext
 from max.gpu.host.device_context import DeviceContextBase
 from std.sys.info import CompilationTarget
@@ -72,6 +73,11 @@ def parallel_for[FuncType: def(Int) -> None](func: FuncType, n: Int, ctx: Device
     counter.unsafe_free()
 
 
+# Spins on a phase boundary between sched_yield calls: far longer than a balanced boundary waits
+# (0.2-0.35 us measured), short against a scheduler tick.
+comptime PHASE_SPINS_BEFORE_YIELD = 4096
+
+
 def parallel_phases[FuncType: def(Int, Int) -> None](func: FuncType, n: Int, phases: Int, ctx: DeviceContext):
     """Runs func(p, i) for every phase p < phases and item i < n in one hand-off to the cores; no item
     of phase p + 1 starts before every item of phase p has finished.
@@ -106,8 +112,13 @@ def parallel_phases[FuncType: def(Int, Int) -> None](func: FuncType, n: Int, pha
                 func(p, i)
                 _ = Atomic.fetch_add(finished, 1)
             if p + 1 < phases:  # after the last phase sync_parallelize's join waits
+                var spins = 0
                 while Int(Atomic.load(finished)) < n:
-                    pass
+                    # A worker preempted inside its item needs a core: give this one up now and then.
+                    spins += 1
+                    if spins == PHASE_SPINS_BEFORE_YIELD:
+                        _ = external_call["sched_yield", Int32]()
+                        spins = 0
 
     sync_parallelize(worker, workers, rebind[DeviceContextBase[CompilationTarget()]](ctx))
     state.unsafe_free()

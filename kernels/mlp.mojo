@@ -19,7 +19,7 @@ import extensibility
 from extensibility import InputTensor, OutputTensor
 from max.gpu.host import DeviceContext
 
-from .common import BytePtr, F32, FW, Ptr, ceil_div, parallel_phases, scratch
+from .common import BytePtr, F32, FW, Ptr, ceil_div, cpu_threads, parallel_phases, scratch
 from .qmatmul2 import qmatmul2_cpu, qmatmul2_gpu
 from .qmatmul_cpu import QGEMV_MAX_M, RowSpan, qgemv_cpu, qmatmul_cpu, task_count
 from .qmatmul_gpu import qmatmul_gpu
@@ -39,11 +39,15 @@ def mlp_cpu[qg: StaticString, qu: StaticString, qd: StaticString, act: StaticStr
         return
     # gu: [M, 2I] = [gate | up] rows, as qmatmul2's gated path keeps them.
     var gu = scratch[F32](M * 2 * I)
-    # Phase 0: qmatmul2's tasks and shares (whole vectors of columns); phase 1: down's rows as
-    # qmatmul_cpu would split them over its tasks (whole R-steps: FW is a multiple of R).
+    # Phase 0: qmatmul2's tasks and shares (whole vectors of columns); phase 1: down's rows in whole
+    # vectors too (whole R-steps: FW is a multiple of R).
     var t_up = task_count(I * (row_bytes_of[qg](H) + row_bytes_of[qu](H)))
     var per_up = ceil_div(ceil_div(I, t_up), FW) * FW
+    # With int8 activations every down task quantizes all of h (qgemv_cpu over a serial span): one
+    # task per core, so each core quantizes it once.
     var t_down = task_count(H * row_bytes_of[qd](I))
+    comptime if act == "q8":
+        t_down = min(t_down, cpu_threads())
     var per_down = ceil_div(ceil_div(H, t_down), FW) * FW
 
     def item(p: Int, t: Int) {var y, var x, var wg, var wu, var wd, var M, var H, var I, var h, var gu,
