@@ -11,7 +11,8 @@ q|k 768 + v 192), so a decode step's worth of them runs per execute:
                                                            (unfused: qmatmul, qmatmul, concat)
   mlp_op: the mlp pattern as one crucible.mlp (kernels/mlp.mojo: one hand-off of two phases)
                                                            (unfused: qmatmul2 gated, then qmatmul)
-The two graphs must give the same output; the score per round is the median execute time.
+The two graphs must give the same output; the score per round is the median execute time, and the
+graphs take turns going first in a round.
 benchmarks/kernel_ab.py --unfused-a measures the same change inside the whole model, where this
 host's drift between rounds is larger than the difference.
 """
@@ -131,8 +132,10 @@ def run(cfg: PatternConfig, log=print) -> tuple[list[float], list[float]]:
         raise RuntimeError(f"fused and unfused outputs differ by {np.abs(outs[0] - outs[1]).max():.3g}")
     log(f"kernel build {kernels.content_hash}; outputs equal")
     rounds: tuple[list[float], list[float]] = ([], [])
-    for _ in range(cfg.rounds):
-        for i, m in enumerate(models):
+    for r in range(cfg.rounds):
+        # The graphs take turns going first, so neither always runs right after the other.
+        for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+            m = models[i]
             times = []
             for _ in range(cfg.reps):
                 t0 = time.perf_counter()

@@ -2,7 +2,7 @@
 
 Per layer: rmsnorm -> fused qkv projection (+ bias for Qwen2) -> rope on q and k, K/V written into
 MAX's paged cache (one op) -> paged attention -> output projection -> residual add + rmsnorm (one op)
--> gate|up projection and silu_mul (one crucible.qmatmul2 over GGUF blocks) -> down projection, whose
+-> gate|up projection, silu_mul and the down projection (one crucible.mlp over GGUF blocks), whose
 residual add is fused into the next norm (the next layer's, or the final norm). Then the lm_head, only for the rows whose logits are
 wanted. Every matmul (float or GGUF blocks), attention, rmsnorm, rope and silu_mul is a crucible.* op;
 MAX built-ins only reshape, slice, gather, add a Qwen2 bias and scale Gemma's embedding rows. Qwen3 and
@@ -12,9 +12,9 @@ with gelu_tanh, and runs its sliding-window layers with the attention op's `wind
 frequencies; its query_pre_attn_scalar is folded into the q norm's weights (the attention op scales by
 head_dim ** -0.5, and the norm's output feeds only the linear rope). Fusing the residual adds and the
 split/rope/cache-write step takes 5 kernel launches out of each layer (~2 us each on the CPU, where a
-batch-1 decode step launches ~14 per layer), the gated MLP epilogue one more. A qkv or gate|up whose
+batch-1 decode step launches ~14 per layer), the gated MLP epilogue one more, and the MLP as one op one more. A qkv whose
 parts have two GGUF types (llama.cpp's K-quant presets) runs as one crucible.qmatmul2, not as two
-matmuls and a concat.
+matmuls and a concat; a gate|up of two types runs inside crucible.mlp the same way.
 
 Graph inputs (symbolic dims in quotes):
   tokens             ["total_seq_len"] int64      ragged batch of new tokens

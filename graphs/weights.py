@@ -62,8 +62,8 @@ class Linear:
 class LayerWeights:
     """One decoder layer. Neighbouring parts of qkv and gate_up that share a tensor type are stacked
     into one weight; a GGUF that mixes types (llama.cpp's K-quant presets do) keeps one per run of a
-    type. The graph runs two bias-free GGUF-block parts of one activation form as one crucible.qmatmul2,
-    others as separate ops."""
+    type. The graph runs two bias-free GGUF-block parts of one activation form as one crucible.qmatmul2
+    (gate and up: one crucible.mlp with down), others as separate ops."""
 
     attn_norm: np.ndarray
     qkv: tuple[Linear, ...]  # (q|k|v,), (q|k, v), (q, k|v) or (q, k, v)

@@ -1,9 +1,10 @@
 """Conformance grid of crucible.mlp (gate|up, the gated activation and down in one op; bounds: tolerance.py).
 
 Each case checks the fused op three ways:
-- against the float64 reference of the gguf package's dequantization, down's part from h as
-  crucible.qmatmul2 computes it in the same graph (its own grid checks h against float64; for
-  act=q8 on h as the kernel quantizes it), with qmatmul's dot-product bound;
+- against the float64 reference of the gguf package's dequantization, in two steps: h as
+  crucible.qmatmul2 computes it in the same graph against act(x @ Wg^T) * (x @ Wu^T) with
+  qmatmul2's gated bound, then the fused output against h @ Wd^T (for act=q8 on h as the kernel
+  quantizes it) with qmatmul's dot-product bound;
 - at every M (decode rows and prefill), bit for bit against the unfused ops (qmatmul2 with the gated
   epilogue, then qmatmul) in the same graph: the fused op calls the same row functions on the same
   shares, so the models' transformer parity carries over unchanged. Only subnormal values may differ
@@ -18,6 +19,7 @@ import numpy as np
 from crucible.conformance import naive as R
 from crucible.conformance.harness import CaseResult, Harness, result
 from crucible.conformance.matmul_checks import K_QTYPES, magnitude, qmatmul_acts, quantized_weights
+from crucible.conformance.qmatmul2_checks import gated_bound
 from crucible.conformance.tolerance import dot_bound, error_ratio
 
 # (gate, up, down) types: SmolLM2 Q4_K_M's (Q5_0 gate and up, a K-quant down), and the batch-1 Q4 rows
@@ -82,16 +84,22 @@ def check_mlp(h: Harness, qg: str, qu: str, qd: str) -> list[CaseResult]:
     for m, hh, i in mlp_shapes(qd):
         x = rng.standard_normal((m, hh)).astype(np.float32)
         wg, wu, wd = quantized_weights(i, hh, qg, rng), quantized_weights(i, hh, qu, rng), quantized_weights(hh, i, qd, rng)
-        dd = R.dequantize(wd, qd, hh, i)
-        md = magnitude(wd, dd, qd)
+        dg, du, dd = R.dequantize(wg, qg, i, hh), R.dequantize(wu, qu, i, hh), R.dequantize(wd, qd, hh, i)
+        mg, mu, md = magnitude(wg, dg, qg), magnitude(wu, du, qu), magnitude(wd, dd, qd)
         ys = h.run(model, [x, wg, wu, wd])
         shape = f"M={m} H={hh} I={i}"
         for a, act in enumerate(acts):
             if act == "q8" and m > 32:
                 continue  # act=q8 changes only the decode path (M <= 32): the f32 outputs cover prefill
             tag = f"{qg}+{qu}+{qd}" + (":act=q8" if act == "q8" else "")
+            xr = R.quantize_activations_q8(x) if act == "q8" else x.astype(np.float64)
+            rg, ru = xr @ dg.T, xr @ du.T
+            bg, bu = dot_bound(xr, mg, rg, False), dot_bound(xr, mu, ru, False)
             for j, gate in enumerate(GATES):
                 fused, hid, down = ys[3 * (a * len(GATES) + j): 3 * (a * len(GATES) + j) + 3]
+                h_ref = R.silu_mul(np.concatenate([rg, ru], axis=1), gate)
+                out.append(result(h, "crucible.mlp", f"{tag}:{gate}:h", "float32", shape,
+                                  error_ratio(np.abs(hid - h_ref), gated_bound(rg, ru, bg, bu, gate, h_ref)), 1.0))
                 hr = R.quantize_activations_q8(hid) if act == "q8" and m <= 32 else hid.astype(np.float64)
                 ref = hr @ dd.T
                 bound = dot_bound(hr, md, ref, False)
@@ -101,9 +109,7 @@ def check_mlp(h: Harness, qg: str, qu: str, qd: str) -> list[CaseResult]:
                                   float(np.abs(fused - down).max()), SUBNORMAL))
                 if (m, hh, gate) == (7, mlp_shapes(qd)[0][1], "silu"):
                     # gate and up swapped: h from the float64 reference of up and gate exchanged.
-                    dg, du = R.dequantize(wg, qg, i, hh), R.dequantize(wu, qu, i, hh)
-                    xr = R.quantize_activations_q8(x) if act == "q8" else x.astype(np.float64)
-                    swapped_h = R.silu_mul(np.concatenate([xr @ du.T, xr @ dg.T], axis=1), "silu")
+                    swapped_h = R.silu_mul(np.concatenate([ru, rg], axis=1), "silu")
                     swapped = swapped_h @ dd.T
                     miss = error_ratio(np.abs(fused - swapped), dot_bound(swapped_h, md, swapped, False))
                     out.append(result(h, "crucible.mlp", tag + ":gate-up-swap-is-detected", "float32", shape,

@@ -83,8 +83,9 @@ def qmatmul2_graph(h: Harness, qa: str, qb: str):
     return h.model(f"qmatmul2_{qa}_{qb}", types, build), acts
 
 
-def _gated_bound(g: np.ndarray, u: np.ndarray, bg: np.ndarray, bu: np.ndarray, act: str,
+def gated_bound(g: np.ndarray, u: np.ndarray, bg: np.ndarray, bu: np.ndarray, act: str,
                  ref: np.ndarray) -> np.ndarray:
+    """Elementwise bound on |act(g') u' - act(g) u| for g', u' within bg, bu of g, u; ref: act(g) u."""
     # |act(g') u' - act(g) u| <= |act'| |u| |g' - g| + |act(g')| |u' - u| + the epilogue's own rounding,
     # with |act'| <= 1.2 and |act(g')| <= |act(g)| + 1.2 |g' - g|.
     act_g = np.abs(R.silu_mul(np.concatenate([g, np.ones_like(g)], axis=1), act))
@@ -117,7 +118,7 @@ def check_qmatmul2(h: Harness, qa: str, qb: str) -> list[CaseResult]:
             for g, y in zip(GATED, (silu, gelu)):
                 ref = R.silu_mul(np.concatenate([ra, rc], axis=1), g)
                 out.append(result(h, "crucible.qmatmul2", f"{tag}:{g}", "float32", shape,
-                                  error_ratio(np.abs(y - ref), _gated_bound(ra, rc, ba, bc, g, ref)), 1.0))
+                                  error_ratio(np.abs(y - ref), gated_bound(ra, rc, ba, bc, g, ref)), 1.0))
             if m == 1:
                 same = max(np.abs(cat - np.concatenate([ya, yb], axis=1)).max(), np.abs(silu - silu_u).max(),
                            np.abs(gelu - gelu_u).max())
@@ -125,7 +126,7 @@ def check_qmatmul2(h: Harness, qa: str, qb: str) -> list[CaseResult]:
                                   float(same), SUBNORMAL))
             if (m, k) == (7, qmatmul2_shapes(qa, qb)[0][1]):
                 swapped = R.silu_mul(np.concatenate([rc, ra], axis=1), "silu")
-                miss = error_ratio(np.abs(silu - swapped), _gated_bound(rc, ra, bc, ba, "silu", swapped))
+                miss = error_ratio(np.abs(silu - swapped), gated_bound(rc, ra, bc, ba, "silu", swapped))
                 out.append(result(h, "crucible.qmatmul2", tag + ":gate-up-swap-is-detected", "float32", shape,
                                   1.0 / max(miss, 1e-30), 1.0))
     return out

@@ -6,7 +6,8 @@
 # Covered: matmul (gemv, GEMM with its panel transposes), qmatmul for every block format and both
 # activation modes (float and int8 decode rows, block pairs, row pairs, decode-into-panel GEMM),
 # attention (ragged prefill, and paged decode in slot order), the rmsnorm / fused add-rmsnorm rows,
-# rope rows, the silu_mul vector and qmatmul2's two-weight split (cat and gated). Not covered: the ops' `execute` wrappers, whose CPU branches are
+# rope rows, the silu_mul vector, qmatmul2's two-weight split (cat and gated) and crucible.mlp's two
+# phases (common.parallel_phases). Not covered: the ops' `execute` wrappers, whose CPU branches are
 # FW-generic loops around these (they need MAX's tensor types, which only a graph provides).
 
 from max.gpu.host import DeviceContext
@@ -16,6 +17,7 @@ from kernels.common import BytePtr, F32, FW, Ptr, scratch
 from kernels.kv_layout import KVView
 from kernels.matmul_cpu import matmul_cpu
 from kernels.qmatmul_cpu import qmatmul_cpu
+from kernels.mlp import mlp_cpu
 from kernels.qmatmul2 import qmatmul2_cpu
 from kernels.quant import QBLOCK, block_bytes
 from kernels.rmsnorm import _add_rms_row_cpu, _rms_row_cpu
@@ -62,6 +64,24 @@ def qmatmuls[qtype: StaticString](ctx: DeviceContext) raises:
         # crucible.qmatmul2: the weight beside itself, concatenated ([m, 2N] fits y) and gated.
         qmatmul2_cpu[qtype, qtype, "f32", "cat"](y, x, w, w, m, N, N, K, ctx)
         qmatmul2_cpu[qtype, qtype, "f32", "silu"](y, x, w, w, m, N, N, K, ctx)
+    w.unsafe_free()
+    x.unsafe_free()
+    y.unsafe_free()
+
+
+def mlps[qtype: StaticString](ctx: DeviceContext) raises:
+    # crucible.mlp with H = I = 64 (gate, up and down share one [64, 64] weight of zero blocks): M = 1
+    # (two phases) and 64 (the prefill path), float and int8 activations.
+    comptime H = 64
+    var bytes = H * (H // QBLOCK) * block_bytes[qtype]()
+    var w = rebind[BytePtr](scratch[DType.uint8](bytes))
+    for i in range(bytes):
+        w[unsafe_offset=i] = 0
+    var x = _zeros(64 * H)
+    var y = _zeros(64 * H)
+    for m in [1, 64]:
+        mlp_cpu[qtype, qtype, qtype, "f32", "silu"](y, x, w, w, w, m, H, H, ctx)
+        mlp_cpu[qtype, qtype, qtype, "q8", "gelu_tanh"](y, x, w, w, w, m, H, H, ctx)
     w.unsafe_free()
     x.unsafe_free()
     y.unsafe_free()
@@ -129,6 +149,7 @@ def main() raises:
     qmatmuls["q5_0"](ctx)
     qmatmuls["q8_0"](ctx)
     qmatmuls["f16"](ctx)
+    mlps["q5_0"](ctx)
     attentions[64](ctx)
     attentions[128](ctx)
     rows()

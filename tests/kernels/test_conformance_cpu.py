@@ -64,14 +64,15 @@ def test_mlp(cpu_harness: Harness, triple: tuple[str, str, str]) -> None:
     results = checks.check_mlp(cpu_harness, *triple)
     tag = "+".join(triple)
     variants = {r.variant for r in results}
-    # Both gates in both activation forms, bit-equal to the unfused ops, and the control.
+    # Both gates in both activation forms (h and the output against float64), bit-equal to the
+    # unfused ops, and the control.
     for act in ("", ":act=q8"):
-        assert {f"{tag}{act}:{g}{e}" for g in ("silu", "gelu_tanh") for e in ("", ":equals-unfused")} <= variants
+        assert {f"{tag}{act}:{g}{e}" for g in ("silu", "gelu_tanh") for e in ("", ":h", ":equals-unfused")} <= variants
         assert f"{tag}{act}:gate-up-swap-is-detected" in variants
     # M = 1, batched decode and prefill (64 rows: qmatmul2's GEMM path, then qmatmul's).
     assert {1, 2, 7, 20, 64} == {int(r.shape.split()[0][2:]) for r in results if r.variant == tag + ":silu"}
-    # 5 M values (f32) + the 4 decode ones (q8), 3 shapes, 2 gates, 2 checks each, + 2 controls.
-    _assert_all_pass(results, (5 + 4) * 3 * 2 * 2 + 2)
+    # 5 M values (f32) + the 4 decode ones (q8), 3 shapes, 2 gates, 3 checks each, + 2 controls.
+    _assert_all_pass(results, (5 + 4) * 3 * 2 * 3 + 2)
 
 
 def test_rmsnorm_rope_silu(cpu_harness: Harness) -> None:
