@@ -10,6 +10,8 @@ A, B, A, B, ... Each round is one greedy session (graphs.generate.greedy_generat
 steps after a `context`-token prompt; its score is the median step time. Both builds must generate the
 same tokens first (a kernel change that alters the greedy output is not a speed change).
 Run it twice with the folders swapped: a build that is faster only in the second position is not faster.
+Both folders must register every op today's graph uses: a folder from before crucible.qmatmul2 or
+crucible.mlp cannot build it (measure a graph change with --unfused-a or benchmarks/qmatmul2_ab.py).
 """
 
 from __future__ import annotations
