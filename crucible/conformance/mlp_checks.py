@@ -19,7 +19,7 @@ import numpy as np
 from crucible.conformance import naive as R
 from crucible.conformance.harness import CaseResult, Harness, result
 from crucible.conformance.matmul_checks import K_QTYPES, magnitude, qmatmul_acts, quantized_weights
-from crucible.conformance.qmatmul2_checks import gated_bound
+from crucible.conformance.qmatmul2_checks import SUBNORMAL, gated_bound
 from crucible.conformance.tolerance import dot_bound, error_ratio
 
 # (gate, up, down) types: SmolLM2 Q4_K_M's (Q5_0 gate and up, a K-quant down), and the batch-1 Q4 rows
@@ -33,7 +33,6 @@ MLP_M = (1, 2, 7, 20, 64)
 MLP_HI = ((576, 1536), (64, 96), (160, 32))
 MLP_HI_K = ((576, 1536), (64, 256), (160, 512))
 GATES = ("silu", "gelu_tanh")
-SUBNORMAL = float(np.finfo(np.float32).tiny)  # 2^-126: below it, a flush to zero is the only difference
 
 
 def mlp_triples(target: str) -> tuple[tuple[str, str, str], ...]:
