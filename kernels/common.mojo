@@ -3,12 +3,11 @@
 from std.memory import bitcast
 from std.memory.alloc import unsafe_alloc
 from std.sys.info import num_physical_cores, simd_width_of
-from max.algorithm.functional import sync_parallelize
 from std.atomic import Atomic
 from std.ffi import external_call
 from max.gpu.host import DeviceContext
-from max.gpu.host.device_context import DeviceContextBase
-from std.sys.info import CompilationTarget
+
+from .handoff import run_on_runtime
 
 comptime Ptr[dtype: DType] = Pointer[Scalar[dtype], MutAnyOrigin]
 comptime BytePtr = Pointer[UInt8, MutAnyOrigin]
@@ -47,30 +46,13 @@ def parallel_for[FuncType: def(Int) -> None](func: FuncType, n: Int, ctx: Device
     and fixed chunks would leave the other core idle at the end.
 
     The hand-off itself has a fixed cost per call (`crucible.overhead_probe`, printed by the kernel
-    benchmark). Tried, no gain: MAX's sync_parallelize without the graph's context (items start
-    sooner, the op ends no sooner); enqueueing one item and running the other inline before
-    `synchronize` (the enqueued item never started on the other worker while the caller worked: no
-    parallelism); prefetching the head of each item's rows before the hand-off.
+    benchmark); handoff.run_on_runtime keeps it small. `ctx` is kept for the callers' sake: the
+    runtime pool is process-wide.
     """
-    if n <= 0:
-        return
-    var workers = min(n, cpu_threads())
-    if workers == 1:
-        for i in range(n):
-            func(i)
-        return
-    var counter = scratch[DType.int64](1)
-    counter[unsafe_offset=0] = 0
+    def item(p: Int, i: Int) {imm func}:
+        func(i)
 
-    def worker(w: Int) {imm func, var counter, var n}:
-        while True:
-            var i = Int(Atomic.fetch_add(counter, 1))
-            if i >= n:
-                break
-            func(i)
-
-    sync_parallelize(worker, workers, rebind[DeviceContextBase[CompilationTarget()]](ctx))
-    counter.unsafe_free()
+    parallel_phases(item, n, 1, ctx)
 
 
 # Spins on a phase boundary between sched_yield calls: far longer than a balanced boundary waits
@@ -111,7 +93,7 @@ def parallel_phases[FuncType: def(Int, Int) -> None](func: FuncType, n: Int, pha
                     break
                 func(p, i)
                 _ = Atomic.fetch_add(finished, 1)
-            if p + 1 < phases:  # after the last phase sync_parallelize's join waits
+            if p + 1 < phases:  # after the last phase run_on_runtime's join waits
                 var spins = 0
                 while Int(Atomic.load(finished)) < n:
                     # A worker preempted inside its item needs a core: give this one up now and then.
@@ -120,6 +102,6 @@ def parallel_phases[FuncType: def(Int, Int) -> None](func: FuncType, n: Int, pha
                         _ = external_call["sched_yield", Int32]()
                         spins = 0
 
-    sync_parallelize(worker, workers, rebind[DeviceContextBase[CompilationTarget()]](ctx))
+    run_on_runtime(worker, workers)
     state.unsafe_free()
 

@@ -94,3 +94,25 @@ def test_chain_runs_every_op_in_order(graphs, m: int) -> None:
         ref = np.concatenate([ref @ w.T] * 2, axis=1)[:, :k]
     assert y.shape == (m, k)
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_concurrent_graphs_hand_off_without_deadlock(graphs) -> None:
+    """Two Python threads executing parallel ops at once (kernels/handoff.mojo): both graphs' bodies
+    queue on the same two runtime workers, so an op must not wait forever on a body stuck behind the
+    other graph's; every item of every phase must still run, in phase order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from max.driver import Buffer
+
+    model = graphs.overhead_chain(3, True, 5)
+
+    def run(seed: int) -> list[float]:
+        out = []
+        for i in range(100):
+            x = np.array([seed + i * 0.25], np.float32)
+            out.append(float(model.execute(Buffer.from_numpy(x))[0].to_numpy()[0]) - float(x[0]))
+        return out
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(run, [0, 1000]))
+    assert all(d == 3.0 for r in results for d in r)
