@@ -46,8 +46,8 @@ def parallel_for[FuncType: def(Int) -> None](func: FuncType, n: Int, ctx: Device
     and fixed chunks would leave the other core idle at the end.
 
     The hand-off itself has a fixed cost per call (`crucible.overhead_probe`, printed by the kernel
-    benchmark); handoff.run_on_runtime keeps it small. `ctx` is kept for the callers' sake: the
-    runtime pool is process-wide.
+    benchmark); handoff.run_on_runtime keeps it small. `ctx` is unused on the CPU: the bodies go to
+    the runtime that runs the calling worker.
     """
     def item(p: Int, i: Int) {imm func}:
         func(i)
@@ -92,8 +92,9 @@ def parallel_phases[FuncType: def(Int, Int) -> None](func: FuncType, n: Int, pha
                 if i >= n:
                     break
                 func(p, i)
-                _ = Atomic.fetch_add(finished, 1)
-            if p + 1 < phases:  # after the last phase run_on_runtime's join waits
+                if p + 1 < phases:  # nobody waits on the last phase's count: run_on_runtime joins
+                    _ = Atomic.fetch_add(finished, 1)
+            if p + 1 < phases:
                 var spins = 0
                 while Int(Atomic.load(finished)) < n:
                     # A worker preempted inside its item needs a core: give this one up now and then.

@@ -5,7 +5,7 @@
 # decode step both of MAX's runtime workers are already running (one runs the graph, the other
 # busy-waits for work), yet that path measured 8-10 us per op on a 2-vCPU VM, about 150 times per
 # SmolLM2 step. Enqueueing each body on the pool (KGEN_CompilerRT_AsyncRT_Execute, as the stdlib's
-# own task API does) and spinning on a done flag made the whole step 6-9% faster on that host
+# own task API does) and spinning on a done flag made the whole step 6-10% faster on that host
 # (benchmarks/kernel_ab.py, both orders). A pool of our own threads was slower: MAX's two workers
 # keep both cores busy for the whole step, so a third spinning thread only took time from them.
 #
@@ -30,7 +30,7 @@ comptime _OpaquePtr = Pointer[UInt8, MutAnyOrigin]
 # within an item (tens of us at most in decode); one still queued is better run by this worker.
 comptime WAIT_SPINS = 1 << 14
 
-# Cell layout (Int64 slots; one 64-byte line per cell so the two workers' flags do not share one).
+# Cell layout (Int64 slots; cells start on 64-byte lines so two workers' flags never share one).
 comptime _HANDLE = 0
 comptime _DONE = 1
 comptime _CHAIN = 2
@@ -53,8 +53,12 @@ def _run_cell(cell: _OpaquePtr):
 
 
 def run_on_runtime[FuncType: def(Int) -> None](func: FuncType, workers: Int):
-    """Runs func(0), ..., func(workers - 1) at once: func(0) on the calling thread, the others on MAX's
-    CPU runtime pool; returns when all have returned.
+    """Runs func(0), ..., func(workers - 1): func(0) on the calling thread, the others on MAX's CPU
+    runtime pool; returns when all have returned.
+
+    The others usually start at once, but may start late or run on the calling thread after func(0)
+    (the chain wait): a body must never wait for another body to start.
+    (parallel_phases waits only for items that a running body has claimed.)
 
     Args:
         func: The worker body; func(w) for each worker w.
@@ -65,7 +69,8 @@ def run_on_runtime[FuncType: def(Int) -> None](func: FuncType, workers: Int):
         with FlushDenormals():
             func(0)
         return
-    var cells = IPtr(unsafe_from_address=Int(unsafe_alloc[Int64](_CELL * helpers)))
+    var block = unsafe_alloc[Int64](_CELL * (helpers + 1))
+    var cells = IPtr(unsafe_from_address=(Int(block) + 63) // 64 * 64)
 
     # Every body runs with subnormals flushed to zero, as sync_parallelize runs its tasks: the
     # numerics stay those of MAX's path, and a subnormal never takes the slow microcode path.
@@ -100,4 +105,4 @@ def run_on_runtime[FuncType: def(Int) -> None](func: FuncType, workers: Int):
         external_call["KGEN_CompilerRT_AsyncRT_DestroyChain", NoneType](c.unsafe_offset(_CHAIN))
         var handle = Int(c[unsafe_offset=_HANDLE])
         _coro_destroy_fn(Pointer(to=handle).unsafe_bitcast[AnyCoroutine]()[])
-    cells.unsafe_free()
+    block.unsafe_free()

@@ -96,23 +96,48 @@ def test_chain_runs_every_op_in_order(graphs, m: int) -> None:
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
 
 
+
+_CONCURRENT_SCRIPT = """
+from concurrent.futures import ThreadPoolExecutor
+import numpy as np
+from max.driver import CPU, Buffer
+from max.engine import InferenceSession
+from max.graph import DeviceRef
+from benchmarks.kernel_graphs import GraphSet
+from crucible.core.kernel_build import kernel_package
+
+model = GraphSet(InferenceSession(devices=[CPU()]), DeviceRef.CPU(), kernel_package().path, {}).overhead_chain(3, True, 5)
+
+def run(seed):
+    out = []
+    for i in range(100):
+        x = np.array([seed + i * 0.25], np.float32)
+        out.append(float(model.execute(Buffer.from_numpy(x))[0].to_numpy()[0]) - float(x[0]))
+    return out
+
+with ThreadPoolExecutor(2) as pool:
+    results = list(pool.map(run, [0, 1000]))
+print("increments", sorted(set(d for r in results for d in r)))
+"""
+
+
 def test_concurrent_graphs_hand_off_without_deadlock(graphs) -> None:
     """Two Python threads executing parallel ops at once (kernels/handoff.mojo): both graphs' bodies
-    queue on the same two runtime workers, so an op must not wait forever on a body stuck behind the
-    other graph's; every item of every phase must still run, in phase order."""
-    from concurrent.futures import ThreadPoolExecutor
+    queue on the same runtime workers, so an op must not wait forever on a body stuck behind the other
+    graph's, and every item of every phase must still run, in phase order (x + 1 per op). In a child
+    process with a timeout, so that a deadlock fails the test instead of hanging the suite."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
 
-    from max.driver import Buffer
-
-    model = graphs.overhead_chain(3, True, 5)
-
-    def run(seed: int) -> list[float]:
-        out = []
-        for i in range(100):
-            x = np.array([seed + i * 0.25], np.float32)
-            out.append(float(model.execute(Buffer.from_numpy(x))[0].to_numpy()[0]) - float(x[0]))
-        return out
-
-    with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(run, [0, 1000]))
-    assert all(d == 3.0 for r in results for d in r)
+    graphs.overhead_chain(3, True, 5)  # compiled here, so the child finds it in MAX's cache
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
+    try:
+        run = subprocess.run([sys.executable, "-c", _CONCURRENT_SCRIPT], capture_output=True, text=True,
+                             timeout=600, cwd=repo, env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail("two concurrent graphs of parallel ops did not finish in 600 s (a hand-off deadlock)")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip().splitlines()[-1] == "increments [3.0]"
