@@ -1,13 +1,10 @@
 # Hands a parallel op's worker bodies straight to MAX's CPU runtime pool (AsyncRT), without the
 # DeviceContext stream that `sync_parallelize` goes through.
 #
-# Why: `sync_parallelize` = `DeviceContext.enqueue_cpu_range` + `synchronize`. Between the ops of a
-# decode step both of MAX's runtime workers are already running (one runs the graph, the other
-# busy-waits for work), yet that path measured 8-10 us per op on a 2-vCPU VM, about 150 times per
-# SmolLM2 step. Enqueueing each body on the pool (KGEN_CompilerRT_AsyncRT_Execute, as the stdlib's
-# own task API does) and spinning on a done flag made the whole step 6-10% faster on that host
-# (benchmarks/kernel_ab.py, both orders). A pool of our own threads was slower: MAX's two workers
-# keep both cores busy for the whole step, so a third spinning thread only took time from them.
+# Why: `sync_parallelize` (`DeviceContext.enqueue_cpu_range` + `synchronize`) costs several times
+# more per op than enqueueing on the pool directly, as the stdlib's own task API does, and a decode
+# step runs about 150 parallel ops. A pool of our own threads lost: MAX's two runtime workers already
+# keep the cores busy. Measurements: benchmarks/results/cpu-2026-12-07d/ and docs/kernels.md.
 #
 # How, per hand-off: one cell per extra worker, [coroutine handle, done flag, chain]. The body is
 # type-erased as a coroutine (as enqueue_cpu_range does) and run by `_run_cell`, a plain callback

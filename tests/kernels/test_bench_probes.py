@@ -96,7 +96,6 @@ def test_chain_runs_every_op_in_order(graphs, m: int) -> None:
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
 
 
-
 _CONCURRENT_SCRIPT = """
 from concurrent.futures import ThreadPoolExecutor
 import numpy as np
