@@ -100,10 +100,17 @@ def render_serve(run: str = SERVE_RUN, results: Path = ROOT / "benchmarks" / "re
     verdicts = [t for t in data.get("targets", []) if "worst" in t or t.get("failed")]
     if "summary" in data and verdicts:
         lines += [""] + [f"- {'FAILED' if t.get('failed') else ('MET' if t['met'] else 'NOT MET')}: {t['target']}"
-                         + (f" ({t['value']:.2f}x median, worst rep vs best {t['worst']:.2f}x)" if "worst" in t else "")
+                         + (f" ({t['value']:.2f}x median, worst rep vs best {t['worst']:.2f}x{_interval(t)})"
+                            if "worst" in t else "")
                          for t in verdicts]
     lines.append(SERVE_END)
     return "\n".join(lines)
+
+
+def _interval(t: dict) -> str:
+    """The paired bootstrap interval of a verdict, where it has one (benchmarks/paired.py)."""
+    iv = t.get("interval")
+    return "" if iv is None else f", paired interval [{iv[0]:.2f}, {iv[1]:.2f}] over {t['pairs']} reps"
 
 
 def replace_in(text: str, table: str, begin: str = BEGIN, end: str = END) -> str:

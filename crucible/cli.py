@@ -248,7 +248,7 @@ def cmd_bench_e2e(args: argparse.Namespace) -> int:
                     reps=args.reps, systems=tuple(args.systems.split(",")), build_llama_cpp=args.build_llama_cpp,
                     tune_threads=not args.no_thread_tuning)
     report = run_e2e(cfg, log=lambda msg: print(msg, flush=True))
-    targets = check_targets(report.summary())
+    targets = check_targets(report.summary(), report.samples)
     print(format_report(report, targets))
     path = write_report(report, targets, version_matrix("cpu"), Path(args.out))
     print(f"wrote {path} and {path.with_suffix('.png')}")

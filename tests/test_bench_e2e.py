@@ -147,3 +147,53 @@ def test_system_order_is_shuffled_per_rep(tiny_models, monkeypatch) -> None:
     orders = report.notes["order"]
     assert len(orders) == 6 and {tuple(o) for o in orders} == {("crucible", "crucible-q8"), ("crucible-q8", "crucible")}
     assert [s.system for s in report.samples] == [name for o in orders for name in o]
+
+
+def _drifting_report(ratios: list[float]) -> E2EReport:
+    """Reps on a host whose speed drifts 1.6x between reps; ours is `ratio` times llama.cpp in each rep."""
+    r = E2EReport(E2EConfig(reps=len(ratios), systems=("crucible", "llama.cpp")))
+    for rep, ratio in enumerate(ratios):
+        base = 60.0 + 40.0 * (rep % 3) / 2     # 60, 80, 100, 60, ...
+        r.samples += [Sample("crucible", rep, 500, base * ratio, 512, 128),
+                      Sample("llama.cpp", rep, 400, base, 512, 128)]
+    return r
+
+
+def test_a_lead_in_every_rep_is_met_by_the_paired_interval() -> None:
+    """1.08-1.14x in each of 10 reps while the host drifts 1.6x: the worst rep (60 * 1.08) loses to the best
+    baseline rep (100), but the paired interval lies above 1.0."""
+    r = _drifting_report([1.10, 1.12, 1.08, 1.14, 1.09, 1.11, 1.13, 1.10, 1.12, 1.09])
+    t = {x["target"]: x for x in check_targets(r.summary(), r.samples)}["decode batch 1: crucible / llama.cpp >= 1.0x"]
+    assert t["worst"] < 1.0 and t["pairs"] == 10
+    assert t["interval"][0] > 1.0 and t["met"] is True and t["met_by"] == "interval"
+    assert "met by the interval" in format_report(r, [t])
+    # Without the samples (the old call) there is no interval and the worst-rep rule alone says NOT MET.
+    assert {x["target"]: x for x in check_targets(r.summary())}[t["target"]]["met"] is False
+
+
+def test_control_a_lead_in_half_the_reps_is_not_met() -> None:
+    """Medians above 1.0x, but the paired ratios straddle it: the interval holds 1.0, so NOT MET."""
+    r = _drifting_report([0.95, 1.15, 1.12, 0.96, 1.18, 0.94, 0.93, 1.10, 1.14, 0.97])
+    t = {x["target"]: x for x in check_targets(r.summary(), r.samples)}["decode batch 1: crucible / llama.cpp >= 1.0x"]
+    assert t["value"] > 1.0 and t["interval"][0] <= 1.0 <= t["interval"][1]
+    assert t["met"] is False and t["met_by"] is None
+    assert "inside the noise" in format_report(r, [t])
+
+
+def test_paired_interval_needs_enough_reps_and_paired_values() -> None:
+    from benchmarks.paired import MIN_PAIRS, paired_values, ratio_interval
+
+    assert ratio_interval([110.0] * (MIN_PAIRS - 1), [100.0] * (MIN_PAIRS - 1)) is None
+    lo, hi = ratio_interval([110.0] * MIN_PAIRS, [100.0] * MIN_PAIRS)
+    assert lo == pytest.approx(1.1) and hi == pytest.approx(1.1)
+    assert ratio_interval(list(range(1, 11)), list(range(2, 12)), seed=3) == ratio_interval(
+        list(range(1, 11)), list(range(2, 12)), seed=3)
+    with pytest.raises(ValueError, match="one value per rep"):
+        ratio_interval([1.0] * 9, [1.0] * 10)
+    with pytest.raises(ValueError, match="positive"):
+        ratio_interval([1.0] * 9 + [0.0], [1.0] * 10)
+    # A rep where only one system ran (its baseline failed later) is not paired.
+    r = _drifting_report([1.1, 1.2, 1.3])
+    r.samples = [s for s in r.samples if not (s.system == "llama.cpp" and s.rep == 1)]
+    ours, base = paired_values(r.samples, "crucible", "llama.cpp", "decode_tok_s")
+    assert ours == pytest.approx([66.0, 130.0]) and base == [60.0, 100.0]
