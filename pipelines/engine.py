@@ -26,7 +26,7 @@ from pipelines.grammar import GrammarCompiler, GrammarMatcher
 from pipelines.logits_processors import process_logits
 from pipelines.logprobs import TokenLogprob, chunk_prompt_logprobs, token_logprob
 from pipelines.request import Request, RequestOutput, RequestState
-from pipelines.sampling import Sampler, SamplingParams, stop_ids_for
+from pipelines.sampling import Sampler, SamplingError, SamplingParams, stop_ids_for
 from pipelines.tools import TOOL_TAGS
 from pipelines.scheduler import Scheduler, SchedulerConfig, StepEntry
 
@@ -96,15 +96,16 @@ class LLMEngine:
         Raises:
             ContextLengthError: The prompt, or prompt plus max_tokens, can never fit.
             GrammarError: The grammar (response_format, tools) cannot be compiled (a ValueError).
-            ValueError: An empty prompt, or a token id outside the vocabulary (prompt or logit_bias).
+            ValueError: An empty prompt; SamplingError (a ValueError naming `param`): a token id outside
+                the vocabulary (prompt or logit_bias).
         """
         vocab = self.model.config.vocab_size
         if not prompt_ids:
             raise ValueError("the prompt is empty")
         if max(prompt_ids) >= vocab or min(prompt_ids) < 0:
-            raise ValueError("prompt token id outside the vocabulary")
+            raise SamplingError("prompt", f"prompt token id outside the vocabulary (0 to {vocab - 1})")
         if any(t >= vocab for t, _ in params.logit_bias):
-            raise ValueError(f"logit_bias names a token id outside the vocabulary (0 to {vocab - 1})")
+            raise SamplingError("logit_bias", f"logit_bias names a token id outside the vocabulary (0 to {vocab - 1})")
         if params.grammar is not None:
             self.grammars.compile(params.grammar)  # raises GrammarError naming what is unsupported
         ids = list(prompt_ids)

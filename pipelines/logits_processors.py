@@ -21,6 +21,8 @@ import numpy as np
 from pipelines.grammar import GrammarMatcher
 from pipelines.sampling import SamplingParams
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
 
 def apply_penalties(logits: np.ndarray, params: Sequence[SamplingParams], prompt_ids: Sequence[Sequence[int]],
                     output_ids: Sequence[Sequence[int]]) -> np.ndarray:
@@ -53,12 +55,13 @@ def apply_penalties(logits: np.ndarray, params: Sequence[SamplingParams], prompt
         np.add.at(flat, at, value.astype(np.float32))
 
     generated, counts = np.unique(positions([output_ids[i] for i in rows]), return_counts=True)
-    rep = np.ones(len(params), dtype=np.float32)
+    rep = np.ones(len(params), dtype=np.float64)  # float32 would round a tiny penalty to 0 (a 1/0 logit)
     rep[rows] = [params[i].repetition_penalty for i in rows]
     if (rep != 1.0).any():
         seen = np.union1d(generated, positions([prompt_ids[i] for i in rows]))  # in the prompt or the output
-        z, p = flat[seen], rep[seen // vocab]
-        flat[seen] = np.where(z > 0, z / p, z * p)
+        z, p = flat[seen].astype(np.float64), rep[seen // vocab]
+        # An extreme penalty saturates at float32's largest finite logit instead of overflowing to inf.
+        flat[seen] = np.clip(np.where(z > 0, z / p, z * p), -FLOAT32_MAX, FLOAT32_MAX)
 
     freq = np.array([p.frequency_penalty for p in params], dtype=np.float32)
     pres = np.array([p.presence_penalty for p in params], dtype=np.float32)

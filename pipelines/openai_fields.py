@@ -108,7 +108,9 @@ def logit_bias_pairs(bias: Any) -> tuple[tuple[int, float], ...]:
         raise type_error("logit_bias", "an object mapping token ids to numbers")
     pairs = []
     for key, value in bias.items():
-        if not (isinstance(key, str) and key.isdigit()) and not (isinstance(key, int) and not isinstance(key, bool)):
+        # str.isdigit() also takes "²" and Arabic-Indic digits, which int() refuses or reads as other ids
+        if not (isinstance(key, str) and key.isascii() and key.isdigit()) and not (
+                isinstance(key, int) and not isinstance(key, bool)):
             raise RequestError(f"'logit_bias' keys must be token ids, got {key!r}", "logit_bias")
         if not is_number(value) or not -100 <= value <= 100:
             raise RequestError(f"'logit_bias' values must be numbers in [-100, 100], got {value!r}", "logit_bias")
@@ -130,12 +132,27 @@ def logprobs_option(body: dict, kind: str) -> int | None:
     return (top or 0) if wanted else None
 
 
+# The keys OpenAI defines for each response_format type (json_schema's strict: the grammar always holds
+# the output to the schema).
+_FORMAT_KEYS = {"text": {"type"}, "json_object": {"type"}, "json_schema": {"type", "json_schema"}}
+
+
+def unknown_keys(obj: dict, known: set[str], at: str) -> None:
+    """Raises RequestError naming the first key of `obj` (an object at parameter `at`) not in `known`."""
+    extra = sorted(k for k in obj if k not in known)
+    if extra:
+        raise RequestError(f"unrecognized request argument: '{at}.{extra[0]}'", f"{at}.{extra[0]}",
+                           "unknown_parameter")
+
+
 def response_format(fmt: Any) -> Grammar | None:
     if fmt is None:
         return None
     if not isinstance(fmt, dict):
         raise type_error("response_format", "an object")
     kind = fmt.get("type")
+    if kind in _FORMAT_KEYS:
+        unknown_keys(fmt, _FORMAT_KEYS[kind], "response_format")
     if kind == "text":
         return None
     if kind == "json_object":
@@ -143,8 +160,10 @@ def response_format(fmt: Any) -> Grammar | None:
     if kind == "json_schema":
         spec = fmt.get("json_schema")
         if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+            param = "response_format.json_schema" + (".schema" if isinstance(spec, dict) else "")
             raise RequestError("'response_format.json_schema' must be an object with a 'schema' object",
-                               "response_format.json_schema", "invalid_type")
+                               param, "invalid_type")
+        unknown_keys(spec, {"name", "description", "schema", "strict"}, "response_format.json_schema")
         try:
             return Grammar.json_schema(spec.get("schema") or {"type": "object"})
         except GrammarError as exc:

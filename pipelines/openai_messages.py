@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pipelines.openai_fields import RequestError, type_error
+from pipelines.openai_fields import RequestError, type_error, unknown_keys
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_PROMPTS = 2048  # completion prompts in one request, OpenAI's bound
@@ -41,13 +41,22 @@ def tools_and_choice(body: dict) -> tuple[list[dict[str, Any]] | None, str | dic
                                f"tools[{i}].function.name")
         if not isinstance(fn.get("parameters", {}), dict):
             raise type_error(f"tools[{i}].function.parameters", "a JSON schema object")
+        unknown_keys(t, {"type", "function"}, f"tools[{i}]")
+        # strict: the arguments follow the schema wherever a grammar holds the call (required or named
+        # tool_choice); under auto the call is read as written (docs: README's limits).
+        unknown_keys(fn, {"name", "description", "parameters", "strict"}, f"tools[{i}].function")
         names.add(fn["name"])
     if choice is None:
         choice = "auto"
     if isinstance(choice, dict):
-        name = (choice.get("function") or {}).get("name") if choice.get("type") == "function" else None
-        if name not in names:
-            raise RequestError(f"'tool_choice' names no function in 'tools': {name!r}", "tool_choice")
+        fn = choice.get("function") if choice.get("type") == "function" else None
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(name, str) or name not in names:
+            raise RequestError(f"'tool_choice' names no function in 'tools': {name!r}" if isinstance(fn, dict)
+                               else "'tool_choice' must be none, auto, required or {\"type\": \"function\", "
+                                    "\"function\": {\"name\": ...}}", "tool_choice")
+        unknown_keys(choice, {"type", "function"}, "tool_choice")
+        unknown_keys(fn, {"name"}, "tool_choice.function")
     elif choice not in ("none", "auto", "required"):
         raise RequestError("'tool_choice' must be none, auto, required or a named function", "tool_choice")
     return [{"type": "function", "function": t["function"]} for t in tools], choice
@@ -63,6 +72,7 @@ def message_text(content: Any, param: str) -> str:
                 kind = part.get("type") if isinstance(part, dict) else None
                 raise RequestError(f"{param}[{j}]: only text parts are supported, got {kind!r}", f"{param}[{j}]",
                                    "unsupported" if kind else "invalid_type")
+            unknown_keys(part, {"type", "text"}, f"{param}[{j}]")
         return "".join(p["text"] for p in content)
     raise type_error(param, "a string or an array of text parts")
 
@@ -115,7 +125,7 @@ def read_tool_calls(calls: Any, at: str) -> list[dict[str, Any]]:
                                f"{at}[{j}]", "invalid_type")
         try:
             json.loads(fn["arguments"])
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
             raise RequestError(f"{at}[{j}].function.arguments is not valid JSON", f"{at}[{j}].function.arguments") \
                 from None
         out.append({"id": c.get("id"), "type": "function", "function": {"name": fn["name"],

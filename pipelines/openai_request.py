@@ -68,9 +68,25 @@ class GenerationRequest:
         return {t["function"]["name"] for t in self.tools or ()}
 
     @property
+    def forces_tool_calls(self) -> bool:
+        """Whether a grammar holds the output to tool calls (tool_choice required or a named function)."""
+        return bool(self.tools) and (self.tool_choice == "required" or isinstance(self.tool_choice, dict))
+
+    @property
     def parses_tool_calls(self) -> bool:
         """Whether the output is read for tool calls (tools given and tool_choice is not "none")."""
         return bool(self.tools) and self.tool_choice != "none"
+
+
+def _metadata_fields(body: dict) -> None:
+    """The IGNORED fields are not used, but still typed as OpenAI types them: user a string, metadata an
+    object of strings, store a boolean."""
+    if body.get("user") is not None and not isinstance(body["user"], str):
+        raise type_error("user", "a string")
+    meta = body.get("metadata")
+    if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
+        raise type_error("metadata", "an object of strings")
+    boolean(body, "store", False)
 
 
 def parse_request(body: Any, kind: str, max_context: int, require_model: bool = True,
@@ -106,6 +122,10 @@ def parse_request(body: Any, kind: str, max_context: int, require_model: bool = 
     opts = body.get("stream_options") or {}
     if not isinstance(opts, dict):
         raise type_error("stream_options", "an object")
+    if opts and not stream:
+        raise RequestError("'stream_options' is only allowed when 'stream' is true", "stream_options",
+                           "invalid_value")
+    _metadata_fields(body)
     # include_obfuscation pads chunks against length side channels; this server sends no padding
     extra = sorted(set(opts) - {"include_usage", "include_obfuscation"})
     if extra:
@@ -184,6 +204,9 @@ def final_output(req: GenerationRequest, text: str, finish_reason: str | None) -
     calls: list[ToolCall] = []
     if req.kind == "chat" and req.parses_tool_calls:
         text, calls = parse_tool_calls(text, req.tool_names)
+        if req.forces_tool_calls:
+            # The grammar allows nothing but calls: what is left is a call cut off by max_tokens.
+            text = ""
     reason = finish_reason or "error"
     return text, calls, ("tool_calls" if calls and reason == "stop" else reason)
 

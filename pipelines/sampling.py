@@ -23,6 +23,7 @@ SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
 MAX_N = 8                  # sequences per request (`n`); they share the prompt's KV pages
 PENALTY_RANGE = (-2.0, 2.0)  # presence_penalty and frequency_penalty, as OpenAI bounds them
 BIAS_RANGE = (-100.0, 100.0)  # logit_bias values, as OpenAI bounds them
+GREEDY_BELOW = 1e-5        # temperatures under this are greedy, as vLLM's _SAMPLING_EPS makes them
 
 
 class SamplingError(ValueError):
@@ -38,7 +39,7 @@ class SamplingParams:
     """How to pick tokens and when to stop.
 
     Attributes:
-        temperature: 0 for greedy; otherwise logits are divided by it (0 < t <= 2).
+        temperature: 0 (or under GREEDY_BELOW) for greedy; otherwise logits are divided by it (t <= 2).
         top_p: Nucleus filtering, 0 < top_p <= 1.
         top_k: Keep the k most likely tokens; 0 disables.
         seed: Seed of this request's random generator (None: nondeterministic), a 64-bit signed
@@ -138,7 +139,8 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0 or self.top_k == 1
+        """Temperatures under GREEDY_BELOW pick the argmax: dividing logits by 1e-300 overflows to inf."""
+        return self.temperature < GREEDY_BELOW or self.top_k == 1
 
 
 class Sampler:
@@ -190,17 +192,18 @@ def _narrow(ids: np.ndarray | None, probs: np.ndarray, keep: np.ndarray) -> tupl
     return (keep if ids is None else ids[keep]), probs / probs.sum()
 
 
-# Candidates top_p sorts first; 8x more each time their mass falls short of top_p.
-NUCLEUS_FIRST = 64
+# How many of the most likely tokens top_p looks at, round by round, before all of them: a peaked
+# distribution's nucleus holds a few tokens, a flat one's thousands.
+NUCLEUS_ROUNDS = (64, 1024, 8192)
 
 
 def nucleus(probs: np.ndarray, top_p: float) -> np.ndarray:
     """The ids of the smallest set of most likely tokens whose probability reaches top_p, ascending.
 
     The same set as cutting a stable descending sort of all of `probs` where its running sum reaches
-    top_p (ties go to the lower id), but for tokens of probability 0, found by sorting only the tokens
-    at least as likely as the m-th most likely: they are a prefix of that sort, so their running sums
-    are its running sums.
+    top_p (of the tokens tied at the cut, the lower ids), but for tokens of probability 0, which are
+    never drawn. Only values are sorted, and only those of the most likely candidates: a descending
+    run of values is the same whichever way ties are ordered, so its running sums are the full sort's.
 
     Args:
         probs: [vocab] probabilities.
@@ -210,18 +213,20 @@ def nucleus(probs: np.ndarray, top_p: float) -> np.ndarray:
         [kept] int64 token ids, ascending.
     """
     n = probs.size
-    m = NUCLEUS_FIRST
-    while True:
-        v = probs[np.argpartition(probs, n - m)[n - m]] if m < n else 0.0
-        # Below the m-th most likely there may be only zeros (top_k, logit_bias -100): they are never
-        # drawn, so the candidates stop at the non-zero tokens, which hold all the mass.
-        last = v <= 0.0
-        cand = np.flatnonzero(probs > 0.0) if last else np.flatnonzero(probs >= v)
-        order = cand[np.lexsort((cand, -probs[cand]))]  # most likely first, ties by id
-        cum = np.cumsum(probs[order])
+    for m in (*NUCLEUS_ROUNDS, n):
+        v_m = probs[np.argpartition(probs, n - m)[n - m]] if m < n else 0.0
+        last = v_m <= 0.0  # only zeros below the m-th: the non-zero tokens hold all the mass
+        cand = np.flatnonzero(probs > 0.0) if last else np.flatnonzero(probs >= v_m)
+        vals = np.sort(probs[cand])[::-1]
+        cum = np.cumsum(vals)
         if cum[-1] >= top_p or last:
-            return np.sort(order[: int(np.searchsorted(cum, top_p)) + 1])
-        m *= 8
+            k = min(int(np.searchsorted(cum, top_p)) + 1, vals.size)
+            v = vals[k - 1]                      # the least likely token kept
+            pc = probs[cand]
+            keep = pc > v
+            keep[np.flatnonzero(pc == v)[: k - int(keep.sum())]] = True  # of the ties at v, the lowest ids
+            return cand[keep]
+    raise AssertionError("unreachable: the last round takes every non-zero token")
 
 
 def _is_number(v: object) -> bool:

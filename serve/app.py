@@ -27,8 +27,10 @@ from dataclasses import dataclass, field
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from jinja2 import TemplateError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from crucible.core.registry import DEFAULT_MODEL
+from crucible.core.tokenizer import token_bytes
 from crucible.core.errors import INTERNAL_ERROR, debug, debug_hint, exit_status, one_line
 from pipelines.grammar import GrammarError
 from pipelines.request import Request as EngineRequest
@@ -38,6 +40,12 @@ from serve.cluster import PUBLISH_EVERY_S, Cluster, Peer, ReplicaReport, gauges,
 from serve.metrics import Metrics, render
 from serve.choices import Choice, choice_object, stream_delta
 from serve.protocol import APIError, envelope, new_id, parse_request, usage
+
+
+# How often a handler waiting on the engine checks that its client is still there; a gone client's
+# sequences are aborted. 499 (nginx's "client closed request") is what the access log then shows.
+DISCONNECT_POLL_S = 1.0
+CLIENT_CLOSED = 499
 
 
 @dataclass(frozen=True)
@@ -198,6 +206,15 @@ def create_app(config: ServerConfig, load_in_background: bool = True, engine=Non
     def error_response(err: APIError) -> JSONResponse:
         return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # An unknown route or method gets an OpenAI-shaped error, not FastAPI's {"detail": ...}.
+        code = {404: "unknown_url", 405: "method_not_allowed"}.get(exc.status_code)
+        message = (f"unknown URL: {request.method} {request.url.path}" if exc.status_code == 404 else
+                   f"method {request.method} is not allowed on {request.url.path}" if exc.status_code == 405
+                   else str(exc.detail))
+        return error_response(APIError(exc.status_code, message, code=code, headers=exc.headers))
+
     @app.middleware("http")
     async def guard(request: Request, call_next):
         path = request.url.path
@@ -222,8 +239,17 @@ def create_app(config: ServerConfig, load_in_background: bool = True, engine=Non
         except Exception as exc:  # noqa: BLE001 - never leak a stack trace as a 500 body
             response = error_response(APIError(500, f"internal error: {exc}", type_="server_error"))
         if path.startswith("/v1/"):
-            state.metrics.request(path, response.status_code)
+            state.metrics.request(route_of(path), response.status_code)
         return response
+
+    def route_of(path: str) -> str:
+        """The route template a path matches ("/v1/models/{model_id:path}"), else "unmatched": the
+        requests counter is labelled by route, so a client cannot add series by inventing paths."""
+        for route in app.routes:
+            regex = getattr(route, "path_regex", None)
+            if regex is not None and regex.match(path):
+                return route.path
+        return "unmatched"
 
     async def read_json(request: Request) -> object:
         body = await request.body()
@@ -269,6 +295,9 @@ def create_app(config: ServerConfig, load_in_background: bool = True, engine=Non
         def token_text(token_id: int) -> str:
             return tok.decode([token_id])
 
+        def raw(token_id: int) -> bytes:
+            return token_bytes(tok, token_id)
+
         def decode(ids: list[int]) -> str:
             return tok.decode(ids, skip_special_tokens=True)
 
@@ -278,21 +307,26 @@ def create_app(config: ServerConfig, load_in_background: bool = True, engine=Non
                     if c.engine_req.finish_reason is None:
                         bridge.abort(c.request_id)
 
-            return _AbortingStream(_stream(request, req, rid, choices, queue, token_text, decode), abort_unfinished,
+            return _AbortingStream(_stream(request, req, rid, choices, queue, token_text, decode, raw), abort_unfinished,
                                    media_type="text/event-stream", headers=headers)
         try:
-            await _gather(choices, queue)
+            delivered = await _gather(request, choices, queue)
         except asyncio.CancelledError:
+            delivered = None
+        if not delivered:  # cancelled, or the client left: stop the generation and free its KV pages
             for c in choices.values():
-                bridge.abort(c.request_id)
-            raise
+                if c.engine_req.finish_reason is None:
+                    bridge.abort(c.request_id)
+            if delivered is None:
+                raise asyncio.CancelledError
+            return Response(status_code=CLIENT_CLOSED)
         failed = next((c.choice.last for c in choices.values() if c.choice.last.finish_reason == "error"), None)
         if failed is not None:
             raise APIError(500, failed.error or "generation failed", type_="server_error")
         for c in choices.values():
             _record(c)
         body = envelope(req, rid, state.model_name, state.fingerprint,
-                        [choice_object(req, c.choice, token_text, decode) for c in choices.values()])
+                        [choice_object(req, c.choice, token_text, decode, raw) for c in choices.values()])
         body["usage"] = _usage(choices)
         return JSONResponse(body, headers=headers)
 
@@ -322,17 +356,32 @@ def create_app(config: ServerConfig, load_in_background: bool = True, engine=Non
                 raise APIError(429, "too many requests in flight; retry shortly", code="rate_limit_exceeded",
                                type_="rate_limit_error", headers={"Retry-After": "1"}) from None
             if isinstance(exc, ValueError):
-                raise APIError(400, str(exc), code="invalid_value") from exc
+                raise APIError(400, str(exc), param=getattr(exc, "param", None), code="invalid_value") from exc
             raise
         return seqs, queue
 
-    async def _gather(seqs: dict[str, _Seq], queue: asyncio.Queue) -> None:
-        """Feeds each sequence's outputs to its choice until every sequence has finished."""
+    async def _gather(request: Request, seqs: dict[str, _Seq], queue: asyncio.Queue) -> bool:
+        """Feeds each sequence's outputs to its choice until every sequence has finished.
+
+        Returns:
+            True, or False once the client is found gone (checked every DISCONNECT_POLL_S: uvicorn
+            does not cancel a handler whose client leaves).
+        """
         pending = len(seqs)
+        next_check = time.monotonic() + DISCONNECT_POLL_S
         while pending:
-            out = await queue.get()
-            seqs[out.request_id].choice.add(out)
-            pending -= out.finished
+            try:
+                out = await asyncio.wait_for(queue.get(), timeout=DISCONNECT_POLL_S)
+                seqs[out.request_id].choice.add(out)
+                pending -= out.finished
+            except asyncio.TimeoutError:
+                pass
+            # Outputs may arrive faster than the timeout forever: check on a clock, not only when idle.
+            if pending and time.monotonic() >= next_check:
+                if await request.is_disconnected():
+                    return False
+                next_check = time.monotonic() + DISCONNECT_POLL_S
+        return True
 
     def _usage(seqs: dict[str, _Seq]) -> dict:
         # Prompt tokens, and the cached ones, count once per prompt (its first sequence), as OpenAI bills n > 1.
@@ -347,7 +396,8 @@ def create_app(config: ServerConfig, load_in_background: bool = True, engine=Non
             state.metrics.ttft(engine_req.first_token_time - engine_req.arrival)
 
     async def _stream(request: Request, req, rid: str, seqs: dict[str, _Seq], queue: asyncio.Queue,
-                      token_text: Callable[[int], str], decode: Callable[[list[int]], str]):
+                      token_text: Callable[[int], str], decode: Callable[[list[int]], str],
+                      raw: Callable[[int], bytes]):
         bridge = state.bridge
         pending = set(seqs)
 
@@ -362,7 +412,7 @@ def create_app(config: ServerConfig, load_in_background: bool = True, engine=Non
             yield chunk(first)
             while pending:
                 try:
-                    out = await asyncio.wait_for(queue.get(), timeout=1.0)
+                    out = await asyncio.wait_for(queue.get(), timeout=DISCONNECT_POLL_S)
                 except asyncio.TimeoutError:
                     if await request.is_disconnected():
                         return
@@ -376,7 +426,7 @@ def create_app(config: ServerConfig, load_in_background: bool = True, engine=Non
                         yield _sse({"error": {"message": out.error, "type": "server_error", "param": None,
                                               "code": None}})
                         return
-                for item in stream_delta(req, seq.choice, out, token_text, decode):
+                for item in stream_delta(req, seq.choice, out, token_text, decode, raw):
                     yield chunk([item])
             if req.include_usage:
                 last = envelope(req, rid, state.model_name, state.fingerprint, [], stream=True)

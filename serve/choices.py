@@ -16,7 +16,7 @@ from pipelines.logprobs import TokenLogprob
 from pipelines.openai_request import GenerationRequest, final_output
 from pipelines.request import RequestOutput
 from pipelines.tools import ToolCall, content_before_call
-from serve.protocol import logprobs_object
+from serve.protocol import TextOffsets, logprobs_object
 
 
 @dataclass
@@ -30,7 +30,7 @@ class Choice:
         entries: Logprobs of the generated tokens (when asked).
         prompt_entries: Logprobs of the prompt tokens (echo with logprobs), None for the first.
         sent_text: Content already streamed (chat).
-        token_offset: Characters of token text reported in streamed logprobs (completions' text_offset).
+        offsets: Text offsets of the tokens whose logprobs went out (completions' text_offset).
         echoed: The prompt was streamed (echo).
         last: The sequence's last output (its finish reason and counts), once it has one.
     """
@@ -41,7 +41,7 @@ class Choice:
     entries: list[TokenLogprob] = field(default_factory=list)
     prompt_entries: tuple[TokenLogprob | None, ...] = ()
     sent_text: str = ""
-    token_offset: int = 0
+    offsets: TextOffsets = field(default_factory=TextOffsets)
     echoed: bool = False
     last: RequestOutput | None = None
 
@@ -73,13 +73,13 @@ class Choice:
 
 
 def choice_object(req: GenerationRequest, choice: Choice, token_text: Callable[[int], str],
-                  decode: Callable[[list[int]], str]) -> dict[str, Any]:
-    """A finished choice of a chat.completion or text_completion."""
+                  decode: Callable[[list[int]], str], raw: Callable[[int], bytes] | None = None) -> dict[str, Any]:
+    """A finished choice of a chat.completion or text_completion (raw: a token's bytes, for logprobs)."""
     content, calls, reason = choice.final(req)
     logprobs = None
     if req.params.logprobs is not None:
         logprobs = logprobs_object(req.kind, choice.logprob_entries(req), token_text,
-                                   shown=lambda i: decode([i]))
+                                   shown=lambda i: decode([i]), raw=raw, offsets=TextOffsets())
     if req.kind == "chat":
         message: dict[str, Any] = {"role": "assistant", "content": content if (content or not calls) else None}
         if calls:
@@ -90,16 +90,15 @@ def choice_object(req: GenerationRequest, choice: Choice, token_text: Callable[[
 
 
 def stream_delta(req: GenerationRequest, choice: Choice, out: RequestOutput, token_text: Callable[[int], str],
-                 decode: Callable[[list[int]], str]) -> list[dict[str, Any]]:
+                 decode: Callable[[list[int]], str], raw: Callable[[int], bytes] | None = None) -> list[dict[str, Any]]:
     """The streamed choice entries (without the envelope) that one output produces, in order."""
     logprobs = None
     if req.params.logprobs is not None and (out.logprobs or (req.echo and out.prompt_logprobs)):
         entries: list[TokenLogprob | int] = list(out.logprobs)
         if req.echo and out.prompt_logprobs:
             entries = [e if e is not None else choice.prompt_ids[0] for e in out.prompt_logprobs] + entries
-        logprobs = logprobs_object(req.kind, entries, token_text, choice.token_offset, shown=lambda i: decode([i]))
-        if req.kind == "completion":
-            choice.token_offset += sum(len(decode([e if isinstance(e, int) else e.token_id])) for e in entries)
+        logprobs = logprobs_object(req.kind, entries, token_text, shown=lambda i: decode([i]), raw=raw,
+                                   offsets=choice.offsets)
     if req.kind == "completion":
         text = out.text_delta
         if req.echo and not choice.echoed:  # the first output of the sequence carries the prompt

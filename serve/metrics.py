@@ -66,11 +66,16 @@ class Metrics:
                                    tuple(self.ttft_buckets), self.ttft_sum, self.ttft_count)
 
 
+def _label(value: str) -> str:
+    """A label value escaped as the Prometheus text format asks (backslash, quote, newline)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def render(snap: MetricsSnapshot, gauges: dict[str, float]) -> str:
     """The Prometheus text of counters and gauges."""
     lines = ["# TYPE crucible_requests_total counter"]
     for (route, status), n in sorted(snap.requests.items()):
-        lines.append(f'crucible_requests_total{{route="{route}",status="{status}"}} {n}')
+        lines.append(f'crucible_requests_total{{route="{_label(route)}",status="{status}"}} {n}')
     lines += ["# TYPE crucible_prompt_tokens_total counter", f"crucible_prompt_tokens_total {snap.prompt_tokens}",
               "# TYPE crucible_completion_tokens_total counter",
               f"crucible_completion_tokens_total {snap.completion_tokens}",

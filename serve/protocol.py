@@ -6,6 +6,7 @@ Requests are parsed from the raw JSON body so every malformed input becomes an O
 
 from __future__ import annotations
 
+import codecs
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -42,8 +43,24 @@ def parse_request(body: Any, kind: str, max_context: int) -> GenerationRequest:
         raise APIError(400, str(exc), param=exc.param, code=exc.code) from exc
 
 
+class TextOffsets:
+    """Characters of text before each token of a sequence (completions' text_offset), counted from the
+    tokens' bytes: a character split over several tokens counts once, at the token that completes it."""
+
+    def __init__(self, start: int = 0) -> None:
+        self.offset = start
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def advance(self, raw: bytes) -> int:
+        """The offset of a token with bytes `raw`, then moves past it."""
+        at = self.offset
+        self.offset += len(self._utf8.decode(raw))
+        return at
+
+
 def logprobs_object(kind: str, entries: Sequence[TokenLogprob | int], token_text: Callable[[int], str],
-                    text_offset: int = 0, shown: Callable[[int], str] | None = None) -> dict[str, Any]:
+                    text_offset: int = 0, shown: Callable[[int], str] | None = None,
+                    raw: Callable[[int], bytes] | None = None, offsets: TextOffsets | None = None) -> dict[str, Any]:
     """The `logprobs` field of a choice for these tokens.
 
     Args:
@@ -52,26 +69,34 @@ def logprobs_object(kind: str, entries: Sequence[TokenLogprob | int], token_text
         entries: The tokens, in order; a bare token id is a token without a logprob (the first prompt
             token under echo), reported as null.
         token_text: Text of one token id.
-        text_offset: Characters of text before the first entry (completions only).
+        text_offset: Characters of text before the first entry (completions only, without `offsets`).
         shown: The token's text as the choice's text shows it (special tokens such as a prompt's <bos>
             are left out of it), for text_offset; token_text when None.
+        raw: The bytes of one token id (crucible.core.tokenizer.token_bytes): chat's `bytes`, and with
+            `offsets` the text offsets; without it, the UTF-8 of token_text.
+        offsets: The sequence's running text offsets, advanced past these entries (completions, with raw).
     """
     if kind == "chat":
         def one(token_id: int, logprob: float) -> dict[str, Any]:
             text = token_text(token_id)
-            return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+            return {"token": text, "logprob": logprob,
+                    "bytes": list(raw(token_id) if raw is not None else text.encode("utf-8"))}
 
         return {"content": [{**one(e.token_id, e.logprob), "top_logprobs": [one(i, lp) for i, lp in e.top]}
                             for e in entries if isinstance(e, TokenLogprob)]}
-    tokens, offsets, values, tops = [], [], [], []
+    tokens, at, values, tops = [], [], [], []
     for e in entries:
         token_id = e if isinstance(e, int) else e.token_id
         tokens.append(token_text(token_id))
-        offsets.append(text_offset)
-        text_offset += len(tokens[-1] if shown is None else shown(token_id))
+        visible = tokens[-1] if shown is None else shown(token_id)
+        if offsets is not None and raw is not None:
+            at.append(offsets.advance(raw(token_id)) if visible else offsets.offset)
+        else:
+            at.append(text_offset)
+            text_offset += len(visible)
         values.append(None if isinstance(e, int) else e.logprob)
         tops.append(None if isinstance(e, int) else {token_text(i): lp for i, lp in e.top})
-    return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops, "text_offset": offsets}
+    return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops, "text_offset": at}
 
 
 def new_id(kind: str) -> str:

@@ -9,8 +9,10 @@ vocabulary takes seconds to convert.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -118,3 +120,43 @@ def encode_prompt(tokenizer, prompt: str | Sequence[Message], chat: bool = True)
         return ids[1:] if bos is not None and ids[:2] == [bos, bos] else ids
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
     return chat_prompt_ids(tokenizer, messages)
+
+
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece's byte-fallback tokens
+
+
+@functools.cache
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet, character -> byte: printable bytes stand for themselves, the
+    other 68 for the characters from U+0100 on."""
+    bs = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
+          *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    cs = list(bs)
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + len(cs) - 188)  # 188 printable bytes come first: U+0100, U+0101, ...
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def token_bytes(tokenizer, token_id: int) -> bytes:
+    """The bytes one token stands for, as OpenAI's logprobs report them: a token may hold part of a
+    character, which its decoded text shows only as U+FFFD.
+
+    Byte-level BPE pieces (SmolLM2, Llama 3, Qwen) map back through GPT-2's alphabet, SentencePiece
+    byte-fallback pieces (<0xE2>) are their byte, other SentencePiece pieces are text with U+2581 as a
+    space; special tokens are their text.
+    """
+    token_id = int(token_id)
+    piece = tokenizer.convert_ids_to_tokens(token_id)
+    if not isinstance(piece, str) or token_id in tokenizer.all_special_ids:
+        return tokenizer.decode([token_id]).encode("utf-8")
+    byte = _BYTE_PIECE.fullmatch(piece)
+    if byte:
+        return bytes([int(byte.group(1), 16)])
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and "ByteLevel" in repr(backend.decoder):
+        alphabet = _byte_level_alphabet()
+        if all(c in alphabet for c in piece):
+            return bytes(alphabet[c] for c in piece)
+    return piece.replace("\u2581", " ").encode("utf-8")

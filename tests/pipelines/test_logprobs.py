@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from pipelines.logprobs import token_logprob
+from pipelines.logprobs import TokenLogprob, token_logprob
 from pipelines.sampling import SamplingError, SamplingParams
 from serve.protocol import APIError, logprobs_object, parse_request
 
@@ -75,3 +75,30 @@ def test_text_offset_skips_tokens_the_text_leaves_out() -> None:
     shown = {1: "ab", 2: "", 5: "c"}.get
     comp = logprobs_object("completion", entries, text, shown=shown)
     assert comp["tokens"] == ["<bos>", "ab", "c"] and comp["text_offset"] == [0, 0, 2]
+
+
+def test_split_characters_report_their_bytes_and_count_once_in_offsets() -> None:
+    """SmolLM2's tokenizer splits 🙂 and 日本語 over several tokens, each decoding alone to U+FFFD: `bytes`
+    are the token's own (joined, they rebuild the text) and text_offset counts a character once, so
+    every offset indexes the echoed text (they once drifted by a character per split token)."""
+    from crucible.core.registry import resolve_model
+    from crucible.core.tokenizer import load_tokenizer, token_bytes
+    from serve.protocol import TextOffsets
+
+    tok = load_tokenizer(resolve_model("smollm2-135m"))
+    text = "héllo 日本語 🙂 ok"
+    ids = tok.encode(text, add_special_tokens=False)
+    entries = [TokenLogprob(i, -1.0, ()) for i in ids]
+    token_text = lambda i: tok.decode([i])  # noqa: E731
+    raw = lambda i: token_bytes(tok, i)  # noqa: E731
+    chat = logprobs_object("chat", entries, token_text, raw=raw)["content"]
+    assert any(c["token"] == "\ufffd" for c in chat)                      # the case this is about
+    assert bytes(b for c in chat for b in c["bytes"]).decode("utf-8") == text
+    comp = logprobs_object("completion", entries, token_text, shown=token_text, raw=raw, offsets=TextOffsets())
+    for i, at in enumerate(comp["text_offset"]):
+        whole = b"".join(raw(t) for t in ids[:i + 1]).decode("utf-8", errors="ignore")
+        assert text.startswith(whole) and len(whole) >= at
+    assert comp["text_offset"][-1] == text.index(" ok")
+    # Control: without the bytes the offsets count every split token as a character and overshoot.
+    old = logprobs_object("completion", entries, token_text, shown=token_text)["text_offset"]
+    assert old[-1] > text.index(" ok")

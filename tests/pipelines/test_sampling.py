@@ -110,3 +110,15 @@ def test_nucleus_cuts_where_the_sorted_running_sum_reaches_top_p() -> None:
 def test_every_token_masked_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="every logit is -inf"):
         Sampler(SamplingParams(seed=1)).sample(np.full(10, -np.inf, dtype=np.float32))
+
+
+def test_extreme_but_valid_parameters_draw_a_token_not_nan() -> None:
+    """temperature 5e-324 and repetition_penalty 1e-40 passed validation and then gave NaN probabilities
+    (a 500): a temperature under GREEDY_BELOW is greedy, and an extreme penalty saturates."""
+    from pipelines.logits_processors import apply_penalties
+
+    assert Sampler(SamplingParams(temperature=5e-324, seed=1)).sample(LOGITS) == 1
+    p = SamplingParams(repetition_penalty=1e-40, seed=1)
+    out = apply_penalties(LOGITS[None, :], [p], [[2]], [[4]])[0]   # token 2 in the prompt, 4 generated
+    assert np.isfinite(out).all() and out[2] == out[4] == np.finfo(np.float32).max
+    assert Sampler(p).sample(out) in (2, 4)

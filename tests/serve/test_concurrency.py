@@ -91,3 +91,19 @@ def test_disconnect_mid_stream_cancels_and_frees_pages(server) -> None:
     assert seen >= 4
     _wait_idle(server)
     assert _metric(server, "crucible_requests_in_flight") == 0
+
+
+def test_a_non_streaming_client_that_leaves_frees_its_pages(server) -> None:
+    """A client that times out on a long non-streaming request: the server aborts it within seconds
+    (it used to generate all max_tokens with its pages held, minutes on a real model)."""
+    body = {"model": "tiny-llama-Q4_0.gguf", "messages": [{"role": "user", "content": "Go on forever."}],
+            "max_tokens": 1000, "ignore_eos": True, "temperature": 0}
+    for _ in range(3):
+        try:
+            httpx.post(server.v1 + "/chat/completions", json=body, timeout=0.5)
+            raise AssertionError("the request finished inside 0.5 s: it does not test a disconnect")
+        except httpx.TimeoutException:
+            pass
+    assert _metric(server, "crucible_running_requests") > 0   # still generating right after the clients left
+    _wait_idle(server, timeout=15)
+    assert _metric(server, "crucible_requests_in_flight") == 0

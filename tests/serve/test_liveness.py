@@ -97,3 +97,35 @@ def test_one_model_route(make_engine) -> None:
         assert r.status_code == 200 and r.json()["id"] == name and r.json()["object"] == "model"
         missing = client.get("/v1/models/gpt-4o")
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+
+
+def test_metrics_label_routes_not_paths(make_engine) -> None:
+    """A made-up path with a quote and a newline once wrote a label that broke every later scrape, and
+    each new path added a series: the counter is labelled by the matched route, or "unmatched"."""
+    import re
+
+    app, _ = _app(make_engine(max_batch_size=4))
+    with TestClient(app) as client:
+        client.get("/v1/models/anything-at-all")
+        for i in range(5):
+            assert client.get(f"/v1/a%22b%0A%7Dfake_metric%201/{i}").status_code == 404  # a"b\n}fake_metric 1
+        text = client.get("/metrics").text
+    counters = [ln for ln in text.splitlines() if ln.startswith("crucible_requests_total{")]
+    assert not any(ln.startswith("fake_metric") for ln in text.splitlines())
+    assert all(re.fullmatch(r'crucible_requests_total\{route="(/v1/[^"\\\n]*|unmatched)",status="\d+"\} \d+', ln)
+               for ln in counters), counters
+    assert 'crucible_requests_total{route="unmatched",status="404"} 5' in counters
+    assert 'crucible_requests_total{route="/v1/models/{model_id:path}",status="404"} 1' in counters
+    parser = pytest.importorskip("prometheus_client.parser")
+    assert {f.name for f in parser.text_string_to_metric_families(text)} >= {"crucible_requests"}
+
+
+def test_unknown_routes_and_methods_get_openai_shaped_errors(make_engine) -> None:
+    app, _ = _app(make_engine(max_batch_size=4))
+    with TestClient(app) as client:
+        missing = client.post("/v1/embeddings", json={"input": "x"})
+        wrong = client.get("/v1/chat/completions")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "unknown_url"
+    assert "/v1/embeddings" in missing.json()["error"]["message"]
+    assert wrong.status_code == 405 and wrong.json()["error"]["code"] == "method_not_allowed"
+    assert "POST" in wrong.headers["allow"]

@@ -91,7 +91,8 @@ def test_logprobs_plain_and_streaming(served) -> None:
         assert tops == sorted(tops, reverse=True)
         # Greedy: the chosen token is the most likely one (ties aside).
         assert t.logprob == pytest.approx(tops[0], abs=1e-9)
-        assert bytes(t.bytes) == t.token.encode()
+        if "\ufffd" not in t.token:  # a token holding part of a character reports its own bytes
+            assert bytes(t.bytes) == t.token.encode()
     chunks = list(client.chat.completions.create(stream=True, **kw))
     streamed = [t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content]
     assert [(t.token, t.logprob) for t in streamed] == [(t.token, t.logprob) for t in content]

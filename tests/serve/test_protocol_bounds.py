@@ -125,3 +125,71 @@ def test_the_developer_role_is_a_system_message() -> None:
     req = parse_request({**CHAT, "messages": [{"role": "developer", "content": "Be brief."},
                                               {"role": "user", "content": "hi"}]}, "chat", CTX)
     assert req.messages[0] == {"role": "system", "content": "Be brief."}
+
+
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+
+
+@pytest.mark.parametrize("body,param,code", [
+    # shapes that once reached the engine and came back as a 500
+    ({**CHAT, "tools": TOOLS, "tool_choice": {"type": "function", "function": "f"}}, "tool_choice", "invalid_value"),
+    ({**CHAT, "tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": ["f"]}}}, "tool_choice",
+     "invalid_value"),
+    ({**CHAT, "tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": {"a": 1}}}}, "tool_choice",
+     "invalid_value"),
+    ({**CHAT, "logit_bias": {"²": 1}}, "logit_bias", "invalid_value"),
+    ({**CHAT, "logit_bias": {"١٢": 5}}, "logit_bias", "invalid_value"),  # Arabic-Indic digits: not token 12
+    ({**CHAT, "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": "[" * 100000 + "]" * 100000}}]}]},
+     "messages[1].tool_calls[0].function.arguments", "invalid_value"),
+    # keys once accepted and ignored
+    ({**CHAT, "response_format": {"type": "json_object", "foo": 1}}, "response_format.foo", "unknown_parameter"),
+    ({**CHAT, "response_format": {"type": "text", "json_schema": {}}}, "response_format.json_schema",
+     "unknown_parameter"),
+    ({**CHAT, "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": {}, "x": 1}}},
+     "response_format.json_schema.x", "unknown_parameter"),
+    ({**CHAT, "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": "x"}}},
+     "response_format.json_schema.schema", "invalid_type"),
+    ({**CHAT, "tools": [{**TOOLS[0], "bogus": 1}]}, "tools[0].bogus", "unknown_parameter"),
+    ({**CHAT, "tools": [{"type": "function", "function": {"name": "f", "bogus": 1}}]}, "tools[0].function.bogus",
+     "unknown_parameter"),
+    ({**CHAT, "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi", "cache_control": {}}]}]},
+     "messages[0].content[0].cache_control", "unknown_parameter"),
+    ({**CHAT, "stream_options": {"include_usage": True}}, "stream_options", "invalid_value"),
+    ({**CHAT, "user": 5}, "user", "invalid_type"),
+    ({**CHAT, "metadata": "x"}, "metadata", "invalid_type"),
+    ({**CHAT, "store": "yes"}, "store", "invalid_type"),
+])
+def test_malformed_shapes_are_a_400_that_names_them(body: dict, param: str, code: str) -> None:
+    with pytest.raises(APIError) as err:
+        parse_request(body, "chat", CTX)
+    assert (err.value.status, err.value.param, err.value.code) == (400, param, code)
+
+
+def test_well_formed_shapes_beside_them_still_parse() -> None:
+    """The controls: what OpenAI's SDKs send in these places is accepted."""
+    named = {"type": "function", "function": {"name": "f"}}
+    tools = [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"},
+                                               "strict": True}}]
+    assert parse_request({**CHAT, "tools": tools, "tool_choice": named}, "chat", CTX).tool_choice == named
+    parse_request({**CHAT, "response_format": {"type": "json_schema", "json_schema": {
+        "name": "t", "description": "d", "schema": {"type": "object"}, "strict": True}}}, "chat", CTX)
+    parse_request({**CHAT, "stream": True, "stream_options": {"include_usage": True}}, "chat", CTX)
+    parse_request({**CHAT, "stream": False, "stream_options": None, "user": "u", "store": False}, "chat", CTX)
+    assert parse_request({**CHAT, "logit_bias": {"12": 5}}, "chat", CTX).params.logit_bias == ((12, 5.0),)
+
+
+def test_a_forced_call_cut_off_by_max_tokens_is_not_content() -> None:
+    """tool_choice required (parallel calls allowed): a second call cut off by max_tokens was returned as
+    content ("<" or '<tool_call>\\n{"name":'); the grammar allows only calls, so it is dropped. Under
+    auto the model's text is its content (the control)."""
+    from pipelines.openai_request import final_output
+
+    call = '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'
+    for choice in ("required", {"type": "function", "function": {"name": "f"}}):
+        req = parse_request({**CHAT, "tools": TOOLS, "tool_choice": choice}, "chat", CTX)
+        for cut in ("<", '<tool_call>\n{"name":'):
+            content, calls, reason = final_output(req, call + "\n" + cut, "length")
+            assert (content, [c.name for c in calls], reason) == ("", ["f"], "length")
+    auto = parse_request({**CHAT, "tools": TOOLS, "tool_choice": "auto"}, "chat", CTX)
+    assert final_output(auto, "Sure. " + call, "stop")[0] == "Sure."
