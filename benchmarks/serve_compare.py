@@ -13,8 +13,8 @@ On a GPU (`device="gpu"`) with a Hugging Face folder (e.g. benchmarks/synth_mode
   crucible   `crucible serve --devices gpu` on the folder (bf16: the GPU default)
   max        `max serve --devices gpu` on the same folder (its default encoding, bf16)
 Every system runs `reps` times, in an order shuffled per rep (seeded, recorded). A target is MET only
-when it holds for our worst rep against the baseline's best, or, from 8 reps on, when the paired
-bootstrap interval of the ratio lies on its side (benchmarks/paired.py); a system whose server fails to start or
+when it holds for our worst rep against the baseline's best, or, from paired.MIN_PAIRS reps on, when
+the paired bootstrap interval of the ratio lies on its side (benchmarks/paired.py); a system whose server fails to start or
 whose requests fail drops out of later reps and its targets print FAILED with its own error line.
 One table, serve.json and serve.png come out.
 """

@@ -72,7 +72,8 @@ def message_text(content: Any, param: str) -> str:
                 kind = part.get("type") if isinstance(part, dict) else None
                 raise RequestError(f"{param}[{j}]: only text parts are supported, got {kind!r}", f"{param}[{j}]",
                                    "unsupported" if kind else "invalid_type")
-            unknown_keys(part, {"type", "text"}, f"{param}[{j}]")
+            # prompt_cache_breakpoint: the SDK's prompt-cache hint; prefix caching here needs none
+            unknown_keys(part, {"type", "text", "prompt_cache_breakpoint"}, f"{param}[{j}]")
         return "".join(p["text"] for p in content)
     raise type_error(param, "a string or an array of text parts")
 

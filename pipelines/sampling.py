@@ -156,7 +156,8 @@ class Sampler:
         """Picks the next token from one row of logits [vocab].
 
         The draw is numpy's `Generator.choice(vocab, p=probs)` (one uniform double against the cumulative
-        probabilities), computed over the tokens that survive the filters only: masked (-inf) tokens
+        probabilities; the same token up to rounding in the last bit of a sum), computed over the tokens
+        that survive the filters only: masked (-inf) tokens
         and those top_k drops leave first, and top_p sorts just the most likely tokens it needs (a full
         sort of a 49k vocabulary took 4-6 ms per token).
         """
@@ -164,14 +165,16 @@ class Sampler:
         if p.greedy:
             return int(np.argmax(logits))
         z = logits.astype(np.float64) / p.temperature
+        top = z.max()  # NaN if any logit is NaN
+        if not np.isfinite(top):
+            raise ValueError("no token can be drawn: every logit is -inf" if top == -np.inf else
+                             f"the logits hold {'NaN' if np.isnan(top) else '+inf'}")
         ids = None  # the surviving token ids, ascending; None while every token survives
         if p.top_k and p.top_k < z.size:
             ids = np.flatnonzero(z >= np.partition(z, -p.top_k)[-p.top_k])
-        elif not (z > -np.inf).all():  # a grammar's mask or a -100 logit_bias made -inf logits
+        elif not (z > -np.inf).all():  # a grammar's mask made -inf logits
             ids = np.flatnonzero(z > -np.inf)
         if ids is not None:
-            if ids.size == 0:
-                raise ValueError("no token can be drawn: every logit is -inf")
             z = z[ids]
         z = z - z.max()
         probs = np.exp(z)

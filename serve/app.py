@@ -30,7 +30,7 @@ from jinja2 import TemplateError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from crucible.core.registry import DEFAULT_MODEL
-from crucible.core.tokenizer import token_bytes
+from crucible.core.tokenizer import TokenBytes
 from crucible.core.errors import INTERNAL_ERROR, debug, debug_hint, exit_status, one_line
 from pipelines.grammar import GrammarError
 from pipelines.request import Request as EngineRequest
@@ -92,6 +92,7 @@ class ServerState:
     fatal: tuple[int, str] | None = None           # (exit status, message) that stops the server
     on_fatal: Callable[[], None] | None = None     # set by the runner: begins the shutdown
     cluster: Cluster | None = None                  # the other replicas, behind Ray Serve
+    token_bytes: TokenBytes | None = None           # the served tokenizer's token -> bytes (logprobs)
 
     def report(self) -> ReplicaReport:
         """This server's counters and engine state, as /metrics and /health render them."""
@@ -160,6 +161,7 @@ def _load(state: ServerState, engine=None) -> None:
         state.kernels_header = (f"build={prov['kernel_build']}; device={prov['device']}; dtype={prov['dtype']}; ops=crucible; "
                                 f"activations={prov['activations']}; fallbacks={fallbacks}")
         print(f"[crucible] {engine.model.load_line()}", file=sys.stderr)
+        state.token_bytes = TokenBytes(engine.tokenizer)
         state.bridge = EngineBridge(engine, cfg.max_in_flight, on_death=lambda exc: state.stop_with(
             INTERNAL_ERROR, f"the engine thread stopped: {type(exc).__name__}: {one_line(exc)}"))
     except Exception as exc:  # noqa: BLE001 - reported on stderr and by /health, then the server stops
@@ -295,30 +297,26 @@ def create_app(config: ServerConfig, load_in_background: bool = True, engine=Non
         def token_text(token_id: int) -> str:
             return tok.decode([token_id])
 
-        def raw(token_id: int) -> bytes:
-            return token_bytes(tok, token_id)
+        raw = state.token_bytes
 
         def decode(ids: list[int]) -> str:
             return tok.decode(ids, skip_special_tokens=True)
 
-        if req.stream:
-            def abort_unfinished() -> None:
-                for c in choices.values():
-                    if c.engine_req.finish_reason is None:
-                        bridge.abort(c.request_id)
+        def abort_unfinished() -> None:  # cancelled, or the client left: stop and free the KV pages
+            for c in choices.values():
+                if c.engine_req.finish_reason is None:
+                    bridge.abort(c.request_id)
 
+        if req.stream:
             return _AbortingStream(_stream(request, req, rid, choices, queue, token_text, decode, raw), abort_unfinished,
                                    media_type="text/event-stream", headers=headers)
         try:
             delivered = await _gather(request, choices, queue)
         except asyncio.CancelledError:
-            delivered = None
-        if not delivered:  # cancelled, or the client left: stop the generation and free its KV pages
-            for c in choices.values():
-                if c.engine_req.finish_reason is None:
-                    bridge.abort(c.request_id)
-            if delivered is None:
-                raise asyncio.CancelledError
+            abort_unfinished()
+            raise
+        if not delivered:
+            abort_unfinished()
             return Response(status_code=CLIENT_CLOSED)
         failed = next((c.choice.last for c in choices.values() if c.choice.last.finish_reason == "error"), None)
         if failed is not None:
@@ -371,10 +369,11 @@ def create_app(config: ServerConfig, load_in_background: bool = True, engine=Non
         next_check = time.monotonic() + DISCONNECT_POLL_S
         while pending:
             try:
-                out = await asyncio.wait_for(queue.get(), timeout=DISCONNECT_POLL_S)
+                async with asyncio.timeout(DISCONNECT_POLL_S):  # no task per output, as wait_for makes
+                    out = await queue.get()
                 seqs[out.request_id].choice.add(out)
                 pending -= out.finished
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             # Outputs may arrive faster than the timeout forever: check on a clock, not only when idle.
             if pending and time.monotonic() >= next_check:

@@ -139,24 +139,42 @@ def _byte_level_alphabet() -> dict[str, int]:
     return {chr(c): b for b, c in zip(bs, cs)}
 
 
-def token_bytes(tokenizer, token_id: int) -> bytes:
-    """The bytes one token stands for, as OpenAI's logprobs report them: a token may hold part of a
-    character, which its decoded text shows only as U+FFFD.
+class TokenBytes:
+    """The bytes each token stands for, as OpenAI's logprobs report them: a token may hold part of a
+    character, which its decoded text shows only as U+FFFD. One reader per tokenizer (it caches).
 
-    Byte-level BPE pieces (SmolLM2, Llama 3, Qwen) map back through GPT-2's alphabet, SentencePiece
-    byte-fallback pieces (<0xE2>) are their byte, other SentencePiece pieces are text with U+2581 as a
-    space; special tokens are their text.
+    Mirrors the tokenizer's decoder: byte-fallback pieces (<0xE2>) are their byte where the decoder has
+    ByteFallback (SentencePiece); byte-level BPE pieces (SmolLM2, Llama 3, Qwen) map back through GPT-2's
+    alphabet; other pieces are text with U+2581 as a space; added and special tokens are their text.
     """
-    token_id = int(token_id)
-    piece = tokenizer.convert_ids_to_tokens(token_id)
-    if not isinstance(piece, str) or token_id in tokenizer.all_special_ids:
-        return tokenizer.decode([token_id]).encode("utf-8")
-    byte = _BYTE_PIECE.fullmatch(piece)
-    if byte:
-        return bytes([int(byte.group(1), 16)])
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None and "ByteLevel" in repr(backend.decoder):
-        alphabet = _byte_level_alphabet()
-        if all(c in alphabet for c in piece):
-            return bytes(alphabet[c] for c in piece)
-    return piece.replace("\u2581", " ").encode("utf-8")
+
+    def __init__(self, tokenizer) -> None:
+        self._tok = tokenizer
+        self._added = {i: text for text, i in tokenizer.get_added_vocab().items()}  # specials included
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        decoder = repr(backend.decoder) if backend is not None else ""
+        self._byte_level = "ByteLevel" in decoder
+        self._byte_fallback = "ByteFallback" in decoder or backend is None
+        self._memo: dict[int, bytes] = {}
+
+    def __call__(self, token_id: int) -> bytes:
+        token_id = int(token_id)
+        raw = self._memo.get(token_id)
+        if raw is None:
+            raw = self._memo[token_id] = self._read(token_id)
+        return raw
+
+    def _read(self, token_id: int) -> bytes:
+        if token_id in self._added:
+            return self._added[token_id].encode("utf-8")
+        piece = self._tok.convert_ids_to_tokens(token_id)
+        if not isinstance(piece, str):
+            return self._tok.decode([token_id]).encode("utf-8")
+        byte = _BYTE_PIECE.fullmatch(piece) if self._byte_fallback else None
+        if byte:
+            return bytes([int(byte.group(1), 16)])
+        if self._byte_level:
+            alphabet = _byte_level_alphabet()
+            if all(c in alphabet for c in piece):
+                return bytes(alphabet[c] for c in piece)
+        return piece.replace("\u2581", " ").encode("utf-8")

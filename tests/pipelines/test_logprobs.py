@@ -82,7 +82,7 @@ def test_split_characters_report_their_bytes_and_count_once_in_offsets() -> None
     are the token's own (joined, they rebuild the text) and text_offset counts a character once, so
     every offset indexes the echoed text (they once drifted by a character per split token)."""
     from crucible.core.registry import resolve_model
-    from crucible.core.tokenizer import load_tokenizer, token_bytes
+    from crucible.core.tokenizer import TokenBytes, load_tokenizer
     from serve.protocol import TextOffsets
 
     tok = load_tokenizer(resolve_model("smollm2-135m"))
@@ -90,7 +90,7 @@ def test_split_characters_report_their_bytes_and_count_once_in_offsets() -> None
     ids = tok.encode(text, add_special_tokens=False)
     entries = [TokenLogprob(i, -1.0, ()) for i in ids]
     token_text = lambda i: tok.decode([i])  # noqa: E731
-    raw = lambda i: token_bytes(tok, i)  # noqa: E731
+    raw = TokenBytes(tok)
     chat = logprobs_object("chat", entries, token_text, raw=raw)["content"]
     assert any(c["token"] == "\ufffd" for c in chat)                      # the case this is about
     assert bytes(b for c in chat for b in c["bytes"]).decode("utf-8") == text
@@ -102,3 +102,25 @@ def test_split_characters_report_their_bytes_and_count_once_in_offsets() -> None
     # Control: without the bytes the offsets count every split token as a character and overshoot.
     old = logprobs_object("completion", entries, token_text, shown=token_text)["text_offset"]
     assert old[-1] > text.index(" ok")
+
+
+def test_token_bytes_follow_the_decoder() -> None:
+    """A literal "<0x0A>" piece in a byte-level vocabulary is its six characters (no ByteFallback there),
+    and an added token is its own text."""
+    from crucible.core.tokenizer import TokenBytes
+
+    class Decoder:
+        def __repr__(self) -> str:
+            return "ByteLevel(add_prefix_space=True)"
+
+    class Tok:
+        backend_tokenizer = type("B", (), {"decoder": Decoder()})()
+
+        def get_added_vocab(self) -> dict[str, int]:
+            return {"<café>": 7}
+
+        def convert_ids_to_tokens(self, i: int) -> str:
+            return {1: "<0x0A>", 2: "ĠhÃ©", 7: "<café>"}[i]
+
+    raw = TokenBytes(Tok())
+    assert (raw(1), raw(2), raw(7)) == (b"<0x0A>", " hé".encode(), "<café>".encode())

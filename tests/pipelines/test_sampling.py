@@ -107,9 +107,17 @@ def test_nucleus_cuts_where_the_sorted_running_sum_reaches_top_p() -> None:
     assert nucleus(np.array([0.0, 1.0, 0.0]), 0.9).tolist() == [1]
 
 
-def test_every_token_masked_is_a_clear_error() -> None:
+@pytest.mark.parametrize("kw", [dict(), dict(top_k=3), dict(top_p=0.5), dict(min_p=0.1)])
+def test_logits_no_token_can_come_from_are_a_clear_error(kw: dict) -> None:
+    """All masked, NaN or +inf: an error naming why, never token 0 or an index error."""
+    s = Sampler(SamplingParams(seed=1, **kw))
     with pytest.raises(ValueError, match="every logit is -inf"):
-        Sampler(SamplingParams(seed=1)).sample(np.full(10, -np.inf, dtype=np.float32))
+        s.sample(np.full(10, -np.inf, dtype=np.float32))
+    for bad, what in ((np.nan, "NaN"), (np.inf, r"\+inf")):
+        logits = LOGITS.copy()
+        logits[3] = bad
+        with pytest.raises(ValueError, match=what):
+            s.sample(logits)
 
 
 def test_extreme_but_valid_parameters_draw_a_token_not_nan() -> None:

@@ -177,6 +177,8 @@ def test_well_formed_shapes_beside_them_still_parse() -> None:
     parse_request({**CHAT, "stream": True, "stream_options": {"include_usage": True}}, "chat", CTX)
     parse_request({**CHAT, "stream": False, "stream_options": None, "user": "u", "store": False}, "chat", CTX)
     assert parse_request({**CHAT, "logit_bias": {"12": 5}}, "chat", CTX).params.logit_bias == ((12, 5.0),)
+    part = {"type": "text", "text": "hi", "prompt_cache_breakpoint": {"mode": "explicit"}}  # openai 3.x, LangChain
+    parse_request({**CHAT, "messages": [{"role": "user", "content": [part]}]}, "chat", CTX)
 
 
 def test_a_forced_call_cut_off_by_max_tokens_is_not_content() -> None:
