@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from benchmarks.paired import LEVEL, paired_values, ratio_interval
+from benchmarks.paired import paired_values, ratio_interval, verdict_value
 from crucible.core.atomic_write import write_text_atomic
 from crucible.core.registry import DEFAULT_MODEL
 
@@ -356,16 +356,7 @@ def format_report(report: E2EReport, targets: list[dict[str, object]]) -> str:
             lines.append(f"FAILED   {key.removesuffix('_failed')}: {first[:300]}")
     for t in targets:
         state = "SKIPPED" if t["met"] is None else ("MET    " if t["met"] else "NOT MET")
-        value = "-"
-        if t["value"] is not None:
-            iv = t.get("interval")
-            paired = (f"; {LEVEL:.0%} paired interval [{iv[0]:.2f}, {iv[1]:.2f}] over {t['pairs']} reps"
-                      if iv is not None else "")
-            value = f"{t['value']:.2f}x (worst rep vs best: {t['worst']:.2f}x{paired})"
-            if t["met"] is False and t["value"] >= t["need"]:
-                value += ", inside the noise"
-            elif t["met"] and t.get("met_by") == "interval":
-                value += ", met by the interval"
+        value = verdict_value(t)
         lines.append(f"{state}  {t['target']}: {value}")
     return "\n".join(lines)
 

@@ -77,3 +77,23 @@ def paired_values(samples: Sequence[object], ours: str, base: str, metric: str) 
         if s.system in values:
             values[s.system][s.rep] = float(getattr(s, metric))
     return pair_by_rep(values[ours], values[base])
+
+
+def verdict_value(t: dict, unit: str = "x") -> str:
+    """The value part of a printed verdict: the ratio, the worst-rep ratio, the interval where there is
+    one, and which rule met the target or that the ratio is inside the noise.
+
+    Args:
+        t: A target as check_targets makes them ("value", "worst", "need", "met", and optionally
+            "interval", "pairs", "met_by"; "lower" True where lower is better).
+        unit: Printed after each ratio.
+    """
+    if t.get("value") is None:
+        return "-"
+    iv = t.get("interval")
+    paired = f"; {LEVEL:.0%} paired interval [{iv[0]:.2f}, {iv[1]:.2f}] over {t['pairs']} reps" if iv else ""
+    text = f"{t['value']:.2f}{unit} (worst rep vs best: {t['worst']:.2f}{unit}{paired})"
+    if t["met"] and t.get("met_by") == "interval":
+        return text + ", met by the interval"
+    ahead = t["value"] <= t["need"] if t.get("lower") else t["value"] >= t["need"]
+    return text + (", inside the noise" if t["met"] is False and ahead else "")

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.paired import LEVEL, pair_by_rep, ratio_interval
+from benchmarks.paired import pair_by_rep, ratio_interval, verdict_value
 from benchmarks.serve_load import LoadResult, format_results, run_load
 from crucible.core.atomic_write import write_text_atomic
 from crucible.core.registry import DEFAULT_MODEL
@@ -293,7 +293,7 @@ def check_serve_targets(results: dict[str, list[LoadResult]], info: dict | None 
                  lambda t: t["worst"] >= 1.0, lambda t: t["interval"][0] > 1.0 and t["value"] >= 1.0),
                 ({"target": f"{name}: p99 TTFT ratio <= 1.0", "value": a["ttft_p99_s"] / b["ttft_p99_s"],
                   "worst": a["ttft_p99_s_max"] / b["ttft_p99_s_min"], "interval": ttft_iv, "pairs": len(ttft[0]),
-                  "need": 1.0},
+                  "need": 1.0, "lower": True},
                  lambda t: t["worst"] <= 1.0, lambda t: t["interval"][1] < 1.0 and t["value"] <= 1.0),
             ):
                 t["met_by"] = "worst rep" if worst_met(t) else (
@@ -320,14 +320,7 @@ def format_compare(results: dict[str, list[LoadResult]], targets: list[dict[str,
             lines.append(f"FAILED   {t['target']}: {t['failed']}")
             continue
         state = "SKIPPED" if t["met"] is None else ("MET    " if t["met"] else "NOT MET")
-        value = "-"
-        if t["value"] is not None:
-            iv = t.get("interval")
-            paired = (f"; {LEVEL:.0%} paired interval [{iv[0]:.2f}, {iv[1]:.2f}] over {t['pairs']} reps"
-                      if iv is not None else "")
-            value = f"{t['value']:.2f} (worst rep vs best: {t['worst']:.2f}{paired})"
-            if t["met"] and t.get("met_by") == "interval":
-                value += ", met by the interval"
+        value = verdict_value(t, unit="")
         lines.append(f"{state}  {t['target']}: {value}")
     return "\n".join(lines)
 
