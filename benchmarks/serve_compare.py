@@ -42,6 +42,9 @@ from crucible.core.proc import free_port, wait_healthy
 
 SERVE_SYSTEMS = ("crucible", "max", "max-q4_0", "llama.cpp")
 BASELINES = ("max", "max-q4_0", "llama.cpp")
+# Output tok/s needed against each baseline at a level, 1.0x unless listed: #56 asks one HTTP stream
+# at 1.1x llama-server's.
+TOK_NEED = {("llama.cpp", 1): 1.1}
 
 
 @dataclass(frozen=True)
@@ -248,7 +251,8 @@ def summarize(results: dict[str, list[LoadResult]]) -> dict[str, dict[int, dict[
 
 
 def check_serve_targets(results: dict[str, list[LoadResult]], info: dict | None = None) -> list[dict[str, object]]:
-    """The serving targets: at 1 and 16 streams, output tok/s >= 1.0x each baseline and p99 TTFT no worse.
+    """The serving targets: at 1 and 16 streams, output tok/s >= 1.0x each baseline (TOK_NEED's ratio
+    where it lists one) and p99 TTFT no worse.
 
     value: the ratio of medians over the reps. MET only when our worst rep beats the baseline's best
     (tok/s: our min over their max; TTFT: our max over their min), or, from paired.MIN_PAIRS reps on,
@@ -284,12 +288,13 @@ def check_serve_targets(results: dict[str, list[LoadResult]], info: dict | None 
             tok = pair_by_rep(*({r.rep: r.output_tok_per_s for r in per_rep[s]} for s in ("crucible", other)))
             ttft = pair_by_rep(*({r.rep: r.ttft_p99_s for r in per_rep[s] if r.ttft_p99_s is not None}
                                  for s in ("crucible", other)))
+            need = TOK_NEED.get((other, level), 1.0)
             tok_iv = ratio_interval(*tok) if tok[0] else None
             ttft_iv = ratio_interval(*ttft) if ttft[0] else None  # lower is better: met below 1.0
             for t, worst_met, iv_met in (
-                ({"target": f"{name}: output tok/s >= 1.0x", "value": a["tok_s"] / b["tok_s"],
-                  "worst": a["tok_s_min"] / b["tok_s_max"], "interval": tok_iv, "pairs": len(tok[0]), "need": 1.0},
-                 lambda t: t["worst"] >= 1.0, lambda t: t["interval"][0] > 1.0 and t["value"] >= 1.0),
+                ({"target": f"{name}: output tok/s >= {need:.1f}x", "value": a["tok_s"] / b["tok_s"],
+                  "worst": a["tok_s_min"] / b["tok_s_max"], "interval": tok_iv, "pairs": len(tok[0]), "need": need},
+                 lambda t: t["worst"] >= t["need"], lambda t: t["interval"][0] > t["need"] and t["value"] >= t["need"]),
                 ({"target": f"{name}: p99 TTFT ratio <= 1.0", "value": a["ttft_p99_s"] / b["ttft_p99_s"],
                   "worst": a["ttft_p99_s_max"] / b["ttft_p99_s_min"], "interval": ttft_iv, "pairs": len(ttft[0]),
                   "need": 1.0, "lower": True},

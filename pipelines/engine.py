@@ -27,7 +27,7 @@ from pipelines.logits_processors import process_logits
 from pipelines.logprobs import TokenLogprob, chunk_prompt_logprobs, token_logprob
 from pipelines.request import Request, RequestOutput, RequestState
 from pipelines.sampling import Sampler, SamplingError, SamplingParams, stop_ids_for
-from pipelines.tools import TOOL_TAGS
+from pipelines.tools import special_tag_ids
 from pipelines.scheduler import Scheduler, SchedulerConfig, StepEntry
 
 __all__ = ["ContextLengthError", "EngineConfig", "EngineLoad", "EngineStats", "LLMEngine"]
@@ -69,8 +69,7 @@ class LLMEngine:
         # tool calls are read from (pipelines/tools.py).
         added = getattr(self.tokenizer, "added_tokens_decoder", {})
         special = set(getattr(self.tokenizer, "all_special_ids", ())) | {i for i, t in added.items() if t.special}
-        vocab = self.tokenizer.get_vocab()
-        self._kept_special = {vocab[t] for t in TOOL_TAGS if t in vocab and vocab[t] in special}
+        self._kept_special = set(special_tag_ids(self.tokenizer).values())
         self._skipped_special = special - self._kept_special
         self.stats = EngineStats()
 
@@ -142,13 +141,33 @@ class LLMEngine:
         that request alone with finish_reason "error" (its pages released); the others go on.
         """
         outputs = self._admit_and_abort()
-        plan = self.scheduler.schedule()
+        schedule = self.scheduler.schedule()
+        outputs += self._preempt(schedule.preempted)
+        plan = schedule.entries
         if plan:
             plan, failed = self._prepare(plan)
             rows, failed_run = self._execute(plan)
             outputs += failed + failed_run + self._postprocess(rows)
         self._publish_load()
         return outputs
+
+    def _preempt(self, reqs: list[Request]) -> list[RequestOutput]:
+        """Frees the pages of requests the scheduler preempted and gives each a fresh sequence that holds
+        its prompt and output so far, recomputed when it runs again. A request preempted before its first
+        token starts over (prompt logprobs and cached-token count included)."""
+        failed = []
+        for req in reqs:
+            live = self._live[req.request_id]
+            try:
+                self.runner.release(live.seq)
+                live.seq = None
+                if not req.output_ids:
+                    live.prompt_logprobs.clear()
+                    req.cached_tokens = 0
+                live.seq = self.runner.start(req.prefill_ids, req.max_total_tokens + 1)
+            except Exception as exc:  # noqa: BLE001
+                failed.append(self._fail(req, "preemption", exc))
+        return failed
 
     def _prepare(self, plan: list[StepEntry]) -> tuple[list[StepEntry], list[RequestOutput]]:
         """Chunks each sequence's new tokens and allocates its KV pages for the step."""
@@ -157,8 +176,7 @@ class LLMEngine:
             req = entry.request
             try:
                 seq = self._live[req.request_id].seq
-                # Prompt logprobs need every prompt position computed: no prefix reuse for those.
-                cached = self.runner.prepare(seq, entry.tokens, reuse_prefix=req.params.prompt_logprobs is None)
+                cached = self.runner.prepare(seq, entry.tokens, reuse_prefix=not self._every_position(req))
                 if cached:
                     entry = self.scheduler.note_cached(entry, cached, seq.tokens.active_length)
                 kept.append(entry)
@@ -195,7 +213,7 @@ class LLMEngine:
         Prompt chunks whose logprobs are wanted run alone, with the logits of every position.
         """
         start = time.perf_counter()
-        every = [e.request.in_prefill and e.request.params.prompt_logprobs is not None for e in plan]
+        every = [self._every_position(e.request) for e in plan]
         batched = [e for e, all_pos in zip(plan, every) if not all_pos]
         # When every batched row is a plain greedy pick, only the argmax ids leave the device ([B], not
         # [B, vocab]); each such row is then a 0-d int64 array (see _advance).
@@ -206,8 +224,14 @@ class LLMEngine:
                   else next(rows) for e, all_pos in zip(plan, every)]
         self.stats.steps += 1
         self.stats.step_seconds += time.perf_counter() - start
-        self.stats.prompt_tokens += sum(e.tokens for e in plan if e.request.in_prefill)
+        self.stats.prompt_tokens += sum(e.tokens for e in plan if e.request.in_prefill and not e.request.output_ids)
         return logits
+
+    @staticmethod
+    def _every_position(req: Request) -> bool:
+        """Whether this step needs the logits of every new token: a first prefill whose prompt logprobs
+        are wanted (computed in full, no prefix reuse). A recompute after a preemption has them already."""
+        return req.in_prefill and req.params.prompt_logprobs is not None and not req.output_ids
 
     def _plain_greedy(self, entry: StepEntry) -> bool:
         """Whether this row needs nothing of its logits but their argmax: it does not sample yet, or it
@@ -375,7 +399,7 @@ class LLMEngine:
                 prompt_logprobs: tuple[TokenLogprob | None, ...] = ()) -> RequestOutput:
         live = self._live.pop(req.request_id, None)
         self.scheduler.finish(req)
-        if live is not None:
+        if live is not None and live.seq is not None:
             try:
                 self.runner.release(live.seq)
             except Exception as exc:  # noqa: BLE001 - the request ends either way
@@ -416,7 +440,7 @@ class LLMEngine:
 
     def _publish_load(self) -> None:
         load = EngineLoad(len(self.scheduler.waiting), len(self.scheduler.running), self.runner.pages_used(),
-                          self.runner.pages_total(), self.scheduler.cached_tokens)
+                          self.runner.pages_total(), self.scheduler.cached_tokens, self.scheduler.preemptions)
         with self._lock:
             self._load = load
 

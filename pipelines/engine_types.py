@@ -65,6 +65,7 @@ class EngineLoad:
         pages_used: KV pages in use.
         pages_total: KV pages in all.
         cached_tokens: Prompt tokens reused from the prefix cache since the engine started.
+        preemptions: Requests preempted (pages given back, recomputed later) since the engine started.
     """
 
     waiting: int = 0
@@ -72,6 +73,7 @@ class EngineLoad:
     pages_used: int = 0
     pages_total: int = 0
     cached_tokens: int = 0
+    preemptions: int = 0
 
 
 @dataclass

@@ -42,9 +42,10 @@ def tools_and_choice(body: dict) -> tuple[list[dict[str, Any]] | None, str | dic
         if not isinstance(fn.get("parameters", {}), dict):
             raise type_error(f"tools[{i}].function.parameters", "a JSON schema object")
         unknown_keys(t, {"type", "function"}, f"tools[{i}]")
-        # strict: the arguments follow the schema wherever a grammar holds the call (required or named
-        # tool_choice); under auto the call is read as written (docs: README's limits).
+        # strict: a grammar holds the arguments to the schema (under auto too: pipelines/tools.py)
         unknown_keys(fn, {"name", "description", "parameters", "strict"}, f"tools[{i}].function")
+        if fn.get("strict") is not None and not isinstance(fn["strict"], bool):
+            raise type_error(f"tools[{i}].function.strict", "a boolean")
         names.add(fn["name"])
     if choice is None:
         choice = "auto"

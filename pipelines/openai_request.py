@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pipelines.grammar import Grammar
 from pipelines.openai_fields import (RequestError, boolean, integer, logit_bias_pairs, logprobs_option, number,
                                      response_format, stop_strings, token_ids, type_error, unencodable_path)
 from pipelines.openai_messages import ROLES, read_messages, read_prompts, refuse_legacy, tools_and_choice
 from pipelines.sampling import DEFAULT_MAX_TOKENS, MAX_N, SEED_MAX, SEED_MIN, SamplingError, SamplingParams
-from pipelines.tools import ToolCall, parse_tool_calls, tools_grammar, tools_messages
+from pipelines.tools import ToolCall, parse_tool_calls, special_tag_ids, tools_grammar, tools_messages
 
 __all__ = ["FIELDS", "IGNORED", "ROLES", "GenerationRequest", "RequestError", "encode_request", "final_output",
            "parse_request", "prompt_jobs"]
@@ -49,6 +50,8 @@ class GenerationRequest:
         echo: Completions: the prompt is returned before the completion (its logprobs too when asked).
         tools: OpenAI tool definitions, or None.
         tool_choice: "none", "auto", "required" or {"type": "function", "function": {"name": ...}}.
+        parallel_tool_calls: Several calls allowed.
+        answer: response_format's grammar, or None (params.grammar may combine it with the tools').
     """
 
     kind: str
@@ -62,6 +65,8 @@ class GenerationRequest:
     echo: bool = False
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] = "none"
+    parallel_tool_calls: bool = True
+    answer: Grammar | None = None
 
     @property
     def tool_names(self) -> set[str]:
@@ -142,11 +147,13 @@ def parse_request(body: Any, kind: str, max_context: int, require_model: bool = 
     if body.get("suffix") not in (None, ""):
         raise RequestError("'suffix' is not supported (no fill-in-the-middle)", "suffix", "unsupported")
     logprobs = logprobs_option(body, kind)
-    grammar = response_format(body.get("response_format"))
-    forced = tools_grammar(tools, choice, boolean(body, "parallel_tool_calls", True)) if tools else None
-    if forced is not None and grammar is not None:
+    answer = response_format(body.get("response_format"))
+    parallel = boolean(body, "parallel_tool_calls", True)
+    if tools and answer is not None and (choice == "required" or isinstance(choice, dict)):
         raise RequestError("'response_format' cannot be combined with a required or named tool_choice",
                            "response_format", "invalid_value")
+    # Under auto the answer is either tool calls or the response_format (pipelines/tools.py).
+    grammar = (tools_grammar(tools, choice, parallel, answer) if tools else None) or answer
     top_p = number(body, "top_p", 1.0, 0.0, 1.0)
     if top_p == 0:
         raise RequestError("'top_p' must be greater than 0", "top_p")
@@ -170,14 +177,15 @@ def parse_request(body: Any, kind: str, max_context: int, require_model: bool = 
             # echo with max_tokens 0 returns the prompt alone: it runs as a prompt-logprobs request
             prompt_logprobs=(logprobs if logprobs is not None else 0) if echo and (logprobs is not None or
                                                                                  max_tokens == 0) else None,
-            grammar=forced or grammar,
+            grammar=grammar,
         )
     except SamplingError as exc:
         raise RequestError(str(exc), exc.param) from exc
     if max_tokens == 0 and not echo:
         raise RequestError(f"'{max_key}' may be 0 only with echo", max_key)
     return GenerationRequest(kind, model, messages, prompts, params, max_tokens is not None, stream,
-                             boolean(opts, "include_usage", False, "stream_options.include_usage"), echo, tools, choice)
+                             boolean(opts, "include_usage", False, "stream_options.include_usage"), echo, tools, choice,
+                             parallel, answer)
 
 
 def encode_request(tokenizer: Any, req: GenerationRequest) -> list[list[int]]:
@@ -220,9 +228,14 @@ def prompt_jobs(tokenizer: Any, req: GenerationRequest, max_seq_len: int) -> lis
     """
     from dataclasses import replace
 
+    base = req.params
+    special = special_tag_ids(tokenizer) if req.tools else {}
+    if special and req.tool_choice != "none":  # the tags are tokens of this tokenizer: name them so
+        base = replace(base, grammar=tools_grammar(req.tools, req.tool_choice, req.parallel_tool_calls, req.answer,
+                                                   special) or req.answer)
     out = []
     for ids in encode_request(tokenizer, req):
-        params = req.params
+        params = base
         if not req.max_tokens_given:
             params = replace(params, max_tokens=max(1, min(params.max_tokens, max_seq_len - len(ids))))
         out.append((ids, params))

@@ -14,7 +14,7 @@ _ids = itertools.count()
 
 
 class RequestState(Enum):
-    WAITING = "waiting"      # queued, holds no KV pages
+    WAITING = "waiting"      # queued (or preempted), holds no KV pages
     RUNNING = "running"      # holds its pages; prefilling or decoding
     FINISHED = "finished"    # pages released
 
@@ -22,7 +22,7 @@ class RequestState(Enum):
 FinishReason = str  # "stop" (end token or stop string), "length", "abort", "error"
 
 
-@dataclass
+@dataclass(eq=False)  # identity: the scheduler's lists hold each request once
 class Request:
     """One sequence to generate.
 
@@ -31,7 +31,7 @@ class Request:
         prompt_ids: Prompt token ids.
         params: Sampling and stopping.
         state: Lifecycle state.
-        prefilled: Prompt tokens already written to the KV cache.
+        prefilled: Tokens of the current prefill already written to the KV cache.
         output_ids: Generated token ids.
         finish_reason: Set when finished.
         arrival: perf_counter time of submission.
@@ -39,6 +39,9 @@ class Request:
         index: Which of the request's n sequences this is (0 to n - 1).
         leader: The sibling sequence whose prompt pages this one waits for and reuses (n > 1).
         cached_tokens: Prompt tokens whose KV pages came from the prefix cache.
+        recomputed: Generated tokens fed back as prompt after the last preemption: the prefill then
+            covers the prompt and these, and the first token sampled after it continues the output.
+        preemptions: Times the request gave its pages back to let older requests grow.
     """
 
     prompt_ids: list[int]
@@ -55,6 +58,8 @@ class Request:
     index: int = 0
     leader: Request | None = None
     cached_tokens: int = 0
+    recomputed: int = 0
+    preemptions: int = 0
 
     @property
     def max_total_tokens(self) -> int:
@@ -62,8 +67,22 @@ class Request:
         return len(self.prompt_ids) + self.params.max_tokens
 
     @property
+    def prefill_ids(self) -> list[int]:
+        """The tokens the current prefill writes: the prompt, and after a preemption the output so far."""
+        return self.prompt_ids + self.output_ids[:self.recomputed]
+
+    @property
+    def prefill_length(self) -> int:
+        return len(self.prompt_ids) + self.recomputed
+
+    @property
+    def context_length(self) -> int:
+        """Tokens the sequence holds once its pending token is written: prompt plus output so far."""
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
     def in_prefill(self) -> bool:
-        return self.prefilled < len(self.prompt_ids)
+        return self.prefilled < self.prefill_length
 
 
 @dataclass(frozen=True)

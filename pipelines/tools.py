@@ -14,11 +14,15 @@ Tool calls are written in the Hermes format that Qwen2.5/3, Hermes and SmolLM3 a
   blocks in it become tool calls. "required" or a named function: the output is constrained by a Lark
   grammar to <tool_call> blocks whose JSON follows the functions' parameter schemas (one block, or
   several with parallel_tool_calls).
+- "auto" with a `strict` tool: the text stays free, but from each <tool_call> on, the grammar holds
+  the block: a known name, and arguments that follow the schema (any JSON object for a tool without
+  strict). This is llguidance's lazy-lexeme pattern for tool calls (docs/syntax.md, "Tool calling").
 """
 
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -61,30 +65,77 @@ def template_takes_tools(tokenizer: Any) -> bool:
     return isinstance(template, str) and "tools" in template
 
 
-def tools_grammar(tools: list[dict[str, Any]], choice: str | dict[str, Any], parallel: bool) -> Grammar | None:
-    """The grammar that tool_choice asks for: None for "none" and "auto", else <tool_call> blocks.
+def special_tag_ids(tokenizer: Any) -> dict[str, int]:
+    """The tool-call tags that this tokenizer makes special tokens (Hermes-style), by tag: a grammar
+    must name those as tokens, since no text spells a special token."""
+    added = getattr(tokenizer, "added_tokens_decoder", {})
+    special = set(getattr(tokenizer, "all_special_ids", ())) | {i for i, t in added.items() if t.special}
+    vocab = tokenizer.get_vocab()
+    return {t: vocab[t] for t in TOOL_TAGS if t in vocab and vocab[t] in special}
+
+
+def tools_grammar(tools: list[dict[str, Any]], choice: str | dict[str, Any], parallel: bool,
+                  answer: Grammar | None = None, special: dict[str, int] | None = None) -> Grammar | None:
+    """The grammar that tool_choice (with response_format's, under auto) asks for.
 
     Args:
         tools: Validated OpenAI tool definitions ({"type": "function", "function": {...}}).
         choice: "none", "auto", "required" or {"type": "function", "function": {"name": ...}}.
-        parallel: Allow several calls ("required" and named choices).
+        parallel: Allow several calls.
+        answer: response_format's grammar (json_object or json_schema), taken under "auto" only.
+        special: special_tag_ids of the tokenizer: those tags are written as their tokens.
+
+    Returns:
+        None for "none", and for "auto" with neither a strict tool nor an answer format. "required" or
+        named: nothing but <tool_call> blocks. "auto" with an answer format: tool calls or that answer.
+        "auto" with a strict tool: free text in which each <tool_call> block is held to the schemas.
     """
-    if choice in ("none", "auto"):
-        return None
     functions = [t["function"] for t in tools]
+    if choice == "none" or (choice == "auto" and answer is None and not any(f.get("strict") for f in functions)):
+        return None
     if isinstance(choice, dict):
         functions = [f for f in functions if f["name"] == choice["function"]["name"]]
-    schema = {"anyOf": [{
-        "type": "object",
-        "properties": {"name": {"const": f["name"]},
-                       "arguments": f.get("parameters") or {"type": "object", "properties": {}}},
-        "required": ["name", "arguments"], "additionalProperties": False} for f in functions],
-        "x-guidance": JSON_OPTIONS}
-    calls = "call (\"\\n\" call)*" if parallel else "call"
-    lark = (f"start: {calls}\n"
-            f"call: \"{OPEN}\\n\" body \"\\n{CLOSE}\"\n"
-            f"body: %json {json.dumps(schema)}\n")
-    return Grammar("lark", lark)
+    body = f"body: %json {json.dumps(_calls_schema(functions, every=choice != 'auto'))}"
+    special = special or {}
+    open_, close = (f"<[{special[t]}]>" if t in special else _lark(t) for t in (OPEN, CLOSE))
+    call = f"{open_} \"\\n\" body \"\\n\" {close}"
+    calls = f"calls: call (\"\\n\" call)*" if parallel else "calls: call"
+    if choice != "auto":
+        return Grammar("lark", "\n".join(["start: calls", f"call: {call}", calls, body]))
+    if answer is not None:
+        schema = {"type": "object"} if answer.kind == "json_object" else json.loads(answer.text)
+        return Grammar("lark", "\n".join(["start: calls | answer", f"call: {call}", calls, body,
+                                          f"answer: %json {json.dumps({**schema, 'x-guidance': JSON_OPTIONS})}"]))
+    # Free text with calls in it: call_head is lazy, so it ends at the first <tool_call> (llguidance's
+    # pattern for tool calls, docs/syntax.md); the TEXT after the last call cannot open another. A
+    # special-token tag needs no lazy head: no text matches a special token, so TEXT ends before it.
+    head = f"TEXT {open_}" if OPEN in special else "call_head"
+    return Grammar("lark", "\n".join([
+        f"start: text_call{'*' if parallel else '?'} TEXT",
+        f"text_call: {head} \"\\n\" body \"\\n\" {close}",
+        f"call_head[lazy]: ANY {_lark(OPEN)}", "ANY: /(.|\\n)*/",
+        f"TEXT: /(.|\\n)*/ & ~/(.|\\n)*{_regex(OPEN)}(.|\\n)*/", body]))
+
+
+def _calls_schema(functions: list[dict[str, Any]], every: bool) -> dict[str, Any]:
+    """The JSON of one call: a known name and its arguments, held to the parameters' schema when
+    `every` (required or named) or when the tool is strict, else any JSON object."""
+    def arguments(f: dict[str, Any]) -> dict[str, Any]:
+        if every or f.get("strict"):
+            return f.get("parameters") or {"type": "object", "properties": {}}
+        return {"type": "object"}
+
+    return {"anyOf": [{"type": "object", "properties": {"name": {"const": f["name"]}, "arguments": arguments(f)},
+                       "required": ["name", "arguments"], "additionalProperties": False} for f in functions],
+            "x-guidance": JSON_OPTIONS}
+
+
+def _lark(text: str) -> str:
+    return json.dumps(text)
+
+
+def _regex(text: str) -> str:
+    return re.escape(text)  # Python's escapes are a subset Rust's regex reads the same (not "\\<")
 
 
 def tools_messages(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) \

@@ -99,6 +99,7 @@ def gauges(reports: list[ReplicaReport]) -> dict[str, float]:
             "crucible_kv_cache_pages_total": total,
             "crucible_kv_cache_usage_ratio": used / max(1, total),
             "crucible_prefix_cache_hit_tokens": sum(x.cached_tokens for x in loads),
+            "crucible_preemptions": sum(x.preemptions for x in loads),
         })
     return out
 

@@ -31,7 +31,7 @@ def test_a_baseline_with_errors_is_failed_not_met() -> None:
 def test_control_a_slower_crucible_is_not_met() -> None:
     results = {"crucible": [_result(1, 100.0, 0.05)], "llama.cpp": [_result(1, 150.0, 0.04)]}
     targets = {t["target"]: t for t in check_serve_targets(results)}
-    assert targets["1 streams vs llama.cpp: output tok/s >= 1.0x"]["met"] is False
+    assert targets["1 streams vs llama.cpp: output tok/s >= 1.1x"]["met"] is False
     assert targets["1 streams vs llama.cpp: p99 TTFT ratio <= 1.0"]["met"] is False
 
 
@@ -68,22 +68,26 @@ def test_a_system_that_did_not_start_is_failed_with_its_error(tmp_path) -> None:
 
 
 def test_a_lead_in_every_rep_is_met_by_the_paired_interval_and_a_split_one_is_not() -> None:
-    """10 reps on a host drifting 1.6x: ours 1.1x and 0.8x the TTFT in every rep beats the worst-rep rule's
-    reach (worst 0.66x) but the paired intervals lie on the targets' side; the control, ahead in only
-    half the reps, stays NOT MET."""
+    """10 reps on a host drifting 1.6x: ours 1.21x (one stream against llama.cpp needs 1.1x, #56) and
+    0.8x the TTFT in every rep beats the worst-rep rule's reach (worst 0.76x) but the paired intervals
+    lie on the targets' side; the controls, ahead in only half the reps or by 1.05x (under the need),
+    stay NOT MET."""
     def results(ratios: list[float]) -> dict[str, list[LoadResult]]:
         base = [100.0 + 60.0 * (i % 3) / 2 for i in range(len(ratios))]  # 100, 130, 160, ...
-        return {"crucible": [_result(1, b * r, 0.08 * 100 / b * (2 - r), rep=i)
+        return {"crucible": [_result(1, b * r, 0.08 * 100 / b * (2 - r / 1.1), rep=i)
                              for i, (b, r) in enumerate(zip(base, ratios))],
                 "llama.cpp": [_result(1, b, 0.08 * 100 / b, rep=i) for i, b in enumerate(base)]}
 
-    lead_ratios = [1.1, 1.12, 1.08, 1.1, 1.09, 1.11, 1.1, 1.13, 1.1, 1.1]
+    lead_ratios = [1.1 * r for r in (1.1, 1.12, 1.08, 1.1, 1.09, 1.11, 1.1, 1.13, 1.1, 1.1)]
     lead = {t["target"]: t for t in check_serve_targets(results(lead_ratios))}
-    tok = lead["1 streams vs llama.cpp: output tok/s >= 1.0x"]
+    tok = lead["1 streams vs llama.cpp: output tok/s >= 1.1x"]
     ttft = lead["1 streams vs llama.cpp: p99 TTFT ratio <= 1.0"]
-    assert tok["worst"] < 1.0 and tok["interval"][0] > 1.0 and tok["met_by"] == "interval"
+    assert tok["worst"] < 1.1 and tok["interval"][0] > 1.1 and tok["met_by"] == "interval"
     assert ttft["worst"] > 1.0 and ttft["interval"][1] < 1.0 and ttft["met_by"] == "interval"
-    split_ratios = [1.2, 0.9, 1.15, 0.92, 1.18, 0.9, 1.1, 0.95, 1.2, 0.9]
+    split_ratios = [1.1 * r for r in (1.2, 0.9, 1.15, 0.92, 1.18, 0.9, 1.1, 0.95, 1.2, 0.9)]
     split = {t["target"]: t for t in check_serve_targets(results(split_ratios))}
-    assert split["1 streams vs llama.cpp: output tok/s >= 1.0x"]["met"] is False
+    assert split["1 streams vs llama.cpp: output tok/s >= 1.1x"]["met"] is False
+    short = {t["target"]: t for t in check_serve_targets(results([1.05] * 10))}
+    assert short["1 streams vs llama.cpp: output tok/s >= 1.1x"]["interval"][0] > 1.0
+    assert short["1 streams vs llama.cpp: output tok/s >= 1.1x"]["met"] is False
     assert "paired interval" in format_compare(results([1.1] * 10), list(lead.values()))

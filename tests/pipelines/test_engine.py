@@ -147,3 +147,54 @@ def test_every_step_is_reproducible_while_another_thread_is_busy(make_engine, ti
         stop.set()
         thread.join()
     assert len(runs) > 300 and not mismatches, f"{len(mismatches)} of {len(runs)} steps differed: {mismatches[:5]}"
+
+
+def _spied_engine(make_engine, tiny_model, monkeypatch, **settings):
+    """An engine of 4 KV pages (128 tokens each) that records (prompt length, tokens prefilled, outputs)
+    of each request it preempts."""
+    from graphs.runner import kv_page_bytes
+
+    engine = make_engine(max_batch_size=4, kv_cache_gib=4 * kv_page_bytes(tiny_model) / 2**30, **settings)
+    assert engine.kv_pages_total() == 4
+    seen: list[tuple[int, int, int]] = []
+    preempt = engine.scheduler._preempt
+
+    def spy(req) -> None:
+        seen.append((len(req.prompt_ids), req.prefilled, len(req.output_ids)))
+        preempt(req)
+
+    monkeypatch.setattr(engine.scheduler, "_preempt", spy)
+    return engine, seen
+
+
+@pytest.mark.parametrize("prefix_caching", [True, False])
+def test_preempted_requests_recompute_and_give_the_same_tokens(make_engine, tiny_model, monkeypatch,
+                                                               prefix_caching) -> None:
+    # Six ~110-token prompts are admitted on one page each and need a second page past 128 tokens, so
+    # the newest give their pages back mid-output and are recomputed later, to the same greedy tokens.
+    # With 8-token steps, a request with prompt logprobs is preempted halfway through its prompt and
+    # must start over, its logprobs whole.
+    rng = np.random.default_rng(11)
+    greedy = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    many = _prompts(rng, rng.integers(100, 120, 6))
+    engine, seen = _spied_engine(make_engine, tiny_model, monkeypatch, prefix_caching=prefix_caching)
+    results = Generator(engine=engine).generate_ids(many, [greedy] * 6)
+    assert any(out > 0 for _, _, out in seen)
+    assert engine.kv_pages_in_use() == 0 and engine.scheduler.reserved_pages == 0 and not engine._live
+
+    first = _prompts(rng, (100, 370))
+    echo = SamplingParams(temperature=0, max_tokens=3, ignore_eos=True, prompt_logprobs=1)
+    long_params = [SamplingParams(temperature=0, max_tokens=60, ignore_eos=True), echo]
+    engine, seen = _spied_engine(make_engine, tiny_model, monkeypatch, prefix_caching=prefix_caching,
+                                 max_step_tokens=8)
+    results += Generator(engine=engine).generate_ids(first, long_params)
+    assert any(n == 370 and 0 < done < 370 and out == 0 for n, done, out in seen)
+    assert engine.kv_pages_in_use() == 0 and engine.scheduler.reserved_pages == 0 and not engine._live
+
+    alone = Generator(engine=make_engine(max_batch_size=4))
+    expected = alone.generate_ids(many, [greedy] * 6) + alone.generate_ids(first, long_params)
+    for r, e in zip(results, expected):
+        assert r.finish_reason == "length" and r.token_ids == e.token_ids
+    got, want = results[-1].prompt_logprobs, expected[-1].prompt_logprobs
+    assert len(got) == len(want) == 370 and got[0] is None
+    assert all(g.token_id == w.token_id and abs(g.logprob - w.logprob) < 1e-4 for g, w in zip(got[1:], want[1:]))

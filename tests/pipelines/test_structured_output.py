@@ -186,3 +186,112 @@ def test_tool_call_tags_that_are_special_tokens_stay_in_the_text(tiny_model, tin
     plain = LLMEngine(EngineConfig(model=str(tiny_model.source.path), max_batch_size=2), model=tiny_model,
                       tokenizer=tiny_tokenizer)
     assert not plain._kept_special  # the usual path: skip_special_tokens
+
+
+def _strict(tools: list[dict], *names: str) -> list[dict]:
+    return [{**t, "function": {**t["function"], "strict": True}} if t["function"]["name"] in names else t
+            for t in tools]
+
+
+def _walk(compiler: GrammarCompiler, grammar: Grammar, tok, text: str):
+    """A matcher after `text`, each token checked against the mask before it is accepted (a token the
+    grammar bans raises AssertionError)."""
+    matcher = compiler.matcher(grammar)
+    for t in tok.encode(text, add_special_tokens=False):
+        assert matcher.allowed()[t], f"token {t} ({tok.decode([t])!r}) banned after {text!r}"
+        matcher.accept(t)
+    return matcher
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_strict_tools_under_auto_hold_the_call_and_leave_the_text_free(tiny_tokenizer, tiny_model,
+                                                                      parallel: bool) -> None:
+    from pipelines.tools import tools_grammar
+
+    eos = tuple(tiny_model.config.eos_token_ids)
+    compiler = GrammarCompiler(tiny_tokenizer, tiny_model.config.vocab_size, eos)
+    grammar = tools_grammar(_strict(TOOLS, "add"), "auto", parallel)
+    assert tools_grammar(TOOLS, "auto", parallel) is None  # no strict tool: the text is read as written
+    free = _walk(compiler, grammar, tiny_tokenizer, "Sure, 2 + 3 is 5.\nAnything else?")
+    assert any(free.allowed()[list(eos)])  # plain text may end here
+    call = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+    done = _walk(compiler, grammar, tiny_tokenizer, "Let me add.\n" + call)
+    assert any(done.allowed()[list(eos)])
+    # weather is not strict: any JSON object passes as its arguments; add is strict: b must be 0-9
+    _walk(compiler, grammar, tiny_tokenizer, '<tool_call>\n{"name": "weather", "arguments": {"city": "Oslo"}}')
+    with pytest.raises(AssertionError, match="banned"):
+        _walk(compiler, grammar, tiny_tokenizer, '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 12')
+    with pytest.raises(AssertionError, match="banned"):  # an unknown function
+        _walk(compiler, grammar, tiny_tokenizer, '<tool_call>\n{"name": "delete_everything"')
+    with pytest.raises(AssertionError, match="banned"):  # text after the tag is not a call
+        _walk(compiler, grammar, tiny_tokenizer, "ok <tool_call> maybe later")
+    second = call + "\n" + call
+    if parallel:
+        _walk(compiler, grammar, tiny_tokenizer, second)
+    else:
+        with pytest.raises(AssertionError, match="banned"):
+            _walk(compiler, grammar, tiny_tokenizer, second)
+
+
+def test_control_the_free_text_grammar_alone_lets_a_bad_call_through(tiny_tokenizer, tiny_model) -> None:
+    # The same walk under a grammar of free text only: the bad arguments pass, so it is the call rule
+    # of the auto grammar that bans them above.
+    compiler = GrammarCompiler(tiny_tokenizer, tiny_model.config.vocab_size, tuple(tiny_model.config.eos_token_ids))
+    _walk(compiler, Grammar("lark", "start: /(.|\\n)*/"), tiny_tokenizer,
+          '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 12')
+
+
+def test_auto_with_response_format_answers_in_the_format_or_calls_a_tool(gen: Generator, tiny_tokenizer,
+                                                                          tiny_model) -> None:
+    from pipelines.tools import tools_grammar
+
+    fmt = {"type": "json_schema", "json_schema": {"name": "c", "schema": SCHEMA}}
+    # Both tools strict and one call at most: a random model's free-form arguments, or call after call,
+    # would run on to max_tokens.
+    results = gen.create(messages=CHAT, tools=_strict(TOOLS, "add", "weather"), response_format=fmt,
+                         parallel_tool_calls=False, max_tokens=200, temperature=1.0, seed=4, n=4)
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    for r in results:
+        assert r.finish_reason in ("stop", "tool_calls"), r.text
+        if r.tool_calls:
+            assert r.finish_reason == "tool_calls" and len(r.tool_calls) == 1
+            for call in r.tool_calls:
+                jsonschema.validate(json.loads(call["function"]["arguments"]), schemas[call["function"]["name"]])
+        else:
+            jsonschema.validate(json.loads(r.text), SCHEMA)
+    # Both branches are open at the start: the answer's "{" and the call's "<tool_call>".
+    compiler = GrammarCompiler(tiny_tokenizer, tiny_model.config.vocab_size, tuple(tiny_model.config.eos_token_ids))
+    grammar = tools_grammar(TOOLS, "auto", True, Grammar.json_schema(SCHEMA))
+    _walk(compiler, grammar, tiny_tokenizer, json.dumps({"city": "Oslo", "population": 7, "capital": True,
+                                                         "kind": "city", "tags": []}))
+    _walk(compiler, grammar, tiny_tokenizer, '<tool_call>\n{"name": "weather", "arguments": {"unit": "C"}}')
+    with pytest.raises(AssertionError, match="banned"):
+        _walk(compiler, grammar, tiny_tokenizer, "Hello")
+
+
+@pytest.mark.parametrize("choice", ["auto", "required"])
+def test_tags_that_are_special_tokens_are_named_as_tokens_in_the_grammar(tiny_tokenizer, tiny_model, choice) -> None:
+    # Hermes-style tokenizers make <tool_call> one special token, which no text in a grammar matches:
+    # the grammar must name it, or the model could not write its own tag (the control).
+    import copy
+
+    from pipelines.tools import special_tag_ids, tools_grammar
+
+    tok = copy.deepcopy(tiny_tokenizer)
+    tok.add_special_tokens({"additional_special_tokens": ["<tool_call>", "</tool_call>"]})
+    special = special_tag_ids(tok)
+    assert set(special) == {"<tool_call>", "</tool_call>"} and not special_tag_ids(tiny_tokenizer)
+    compiler = GrammarCompiler(tok, len(tok), tuple(tiny_model.config.eos_token_ids))
+    call = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+    assert special["<tool_call>"] in tok.encode(call, add_special_tokens=False)
+    text = ("Let me add.\n" if choice == "auto" else "") + call
+    done = _walk(compiler, tools_grammar(_strict(TOOLS, "add"), choice, False, special=special), tok, text)
+    assert any(done.allowed()[list(tiny_model.config.eos_token_ids)])
+    # Unnamed, the tag is banned by the mask, or (a forced literal) let through by the mask and refused
+    # when accepted, which failed the request.
+    with pytest.raises((AssertionError, RuntimeError), match="banned|grammar"):
+        _walk(compiler, tools_grammar(_strict(TOOLS, "add"), choice, False), tok, text)
+    if choice == "auto":
+        with pytest.raises(AssertionError, match="banned"):
+            _walk(compiler, tools_grammar(_strict(TOOLS, "add"), choice, False, special=special), tok,
+                  '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 12')

@@ -159,6 +159,10 @@ TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "
     ({**CHAT, "user": 5}, "user", "invalid_type"),
     ({**CHAT, "metadata": "x"}, "metadata", "invalid_type"),
     ({**CHAT, "store": "yes"}, "store", "invalid_type"),
+    ({**CHAT, "tools": [{"type": "function", "function": {"name": "f", "strict": "yes"}}]},
+     "tools[0].function.strict", "invalid_type"),
+    ({**CHAT, "tools": [{"type": "function", "function": {"name": "f", "strict": 1}}]},
+     "tools[0].function.strict", "invalid_type"),
 ])
 def test_malformed_shapes_are_a_400_that_names_them(body: dict, param: str, code: str) -> None:
     with pytest.raises(APIError) as err:
