@@ -68,10 +68,10 @@ def template_takes_tools(tokenizer: Any) -> bool:
 def special_tag_ids(tokenizer: Any) -> dict[str, int]:
     """The tool-call tags that this tokenizer makes special tokens (Hermes-style), by tag: a grammar
     must name those as tokens, since no text spells a special token."""
-    added = getattr(tokenizer, "added_tokens_decoder", {})
-    special = set(getattr(tokenizer, "all_special_ids", ())) | {i for i, t in added.items() if t.special}
-    vocab = tokenizer.get_vocab()
-    return {t: vocab[t] for t in TOOL_TAGS if t in vocab and vocab[t] in special}
+    listed = set(getattr(tokenizer, "all_special_ids", ()))
+    # Special tokens are added tokens: no need to build the whole vocabulary (150k entries) per request.
+    return {t.content: i for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items()
+            if t.content in TOOL_TAGS and (t.special or i in listed)}
 
 
 def tools_grammar(tools: list[dict[str, Any]], choice: str | dict[str, Any], parallel: bool,
@@ -109,12 +109,11 @@ def tools_grammar(tools: list[dict[str, Any]], choice: str | dict[str, Any], par
     # Free text with calls in it: call_head is lazy, so it ends at the first <tool_call> (llguidance's
     # pattern for tool calls, docs/syntax.md); the TEXT after the last call cannot open another. A
     # special-token tag needs no lazy head: no text matches a special token, so TEXT ends before it.
-    head = f"TEXT {open_}" if OPEN in special else "call_head"
+    lazy = [] if OPEN in special else [f"call_head[lazy]: ANY {_lark(OPEN)}", "ANY: /(.|\\n)*/"]
     return Grammar("lark", "\n".join([
         f"start: text_call{'*' if parallel else '?'} TEXT",
-        f"text_call: {head} \"\\n\" body \"\\n\" {close}",
-        f"call_head[lazy]: ANY {_lark(OPEN)}", "ANY: /(.|\\n)*/",
-        f"TEXT: /(.|\\n)*/ & ~/(.|\\n)*{_regex(OPEN)}(.|\\n)*/", body]))
+        f"text_call: {'TEXT ' + open_ if OPEN in special else 'call_head'} \"\\n\" body \"\\n\" {close}",
+        *lazy, f"TEXT: /(.|\\n)*/ & ~/(.|\\n)*{_regex(OPEN)}(.|\\n)*/", body]))
 
 
 def _calls_schema(functions: list[dict[str, Any]], every: bool) -> dict[str, Any]:

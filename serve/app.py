@@ -282,11 +282,15 @@ def create_app(config: ServerConfig, load_in_background: bool = True, engine=Non
             # Off the event loop: tokenizing many prompts, or a first grammar (llguidance builds its view of
             # the vocabulary), takes long enough to stall every stream.
             jobs = await asyncio.to_thread(prompt_jobs, tok, req, engine.max_seq_len)
-            if req.params.grammar is not None:
-                await asyncio.to_thread(engine.grammars.compile, req.params.grammar)
-        except GrammarError as exc:
-            param = "response_format" if req.tool_choice in ("none", "auto") else "tools"
-            raise APIError(400, f"unsupported {param}: {exc}", param=param, code="unsupported_schema") from exc
+            # The jobs' grammar (prompt_jobs may name the tool tags as this tokenizer's tokens), after
+            # response_format's alone, so that an error names the field that holds the schema.
+            for param, grammar in (("response_format", req.answer), ("tools", jobs[0][1].grammar if jobs else None)):
+                if grammar is not None:
+                    try:
+                        await asyncio.to_thread(engine.grammars.compile, grammar)
+                    except GrammarError as exc:
+                        raise APIError(400, f"unsupported {param}: {exc}", param=param,
+                                       code="unsupported_schema") from exc
         except (ValueError, TypeError, TemplateError) as exc:  # e.g. a chat template that refuses the roles' order
             raise APIError(400, f"cannot build the prompt: {one_line(exc)}", param="messages" if kind == "chat"
                            else "prompt") from exc

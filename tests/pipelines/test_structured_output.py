@@ -295,3 +295,11 @@ def test_tags_that_are_special_tokens_are_named_as_tokens_in_the_grammar(tiny_to
         with pytest.raises(AssertionError, match="banned"):
             _walk(compiler, tools_grammar(_strict(TOOLS, "add"), choice, False, special=special), tok,
                   '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 12')
+    # Requests on this tokenizer get the grammar that names the tokens (every path goes through prompt_jobs).
+    from pipelines.openai_request import parse_request, prompt_jobs
+
+    req = parse_request({"messages": CHAT, "tools": _strict(TOOLS, "add"), "tool_choice": choice}, "chat", 1024,
+                        require_model=False)
+    [(_, params)] = prompt_jobs(tok, req, 1024)
+    assert f"<[{special['<tool_call>']}]>" in params.grammar.text
+    assert "<[" not in prompt_jobs(tiny_tokenizer, req, 1024)[0][1].grammar.text

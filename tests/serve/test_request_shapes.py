@@ -114,3 +114,23 @@ def test_echo_streams_the_prompt_first(server) -> None:
     streamed = "".join(c.choices[0].text for c in client.completions.create(
         model=model, prompt="The sky is", max_tokens=4, temperature=0, echo=True, stream=True) if c.choices)
     assert streamed == plain.choices[0].text
+
+
+@pytest.mark.parametrize("where,param", [("response_format", "response_format"), ("required", "tools"),
+                                         ("strict_auto", "tools")])
+def test_an_unsupported_schema_is_a_400_naming_its_field(server, where: str, param: str) -> None:
+    bad = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
+    ok = {"type": "object", "properties": {"x": {"type": "integer"}}}
+    fn = {"name": "f", "parameters": {"type": "object", "properties": {"xs": bad}}}
+    body = {"response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": bad}}}
+    if where == "required":
+        body = {"tools": [{"type": "function", "function": fn}], "tool_choice": "required"}
+    elif where == "strict_auto":  # a valid response_format beside it: the tools' schema is the bad one
+        body = {"tools": [{"type": "function", "function": {**fn, "strict": True}}],
+                "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": ok}}}
+    with pytest.raises(openai.BadRequestError) as err:
+        client = _client(server)
+        client.chat.completions.create(model=client.models.list().data[0].id, messages=CHAT["messages"],
+                                       max_tokens=4, **body)
+    assert err.value.body["param"] == param and err.value.body["code"] == "unsupported_schema"
+    assert "uniqueItems" in err.value.body["message"]
