@@ -21,7 +21,8 @@ PROMPT = [{"role": "user", "content": "What is the capital of France?"}]
 # error is the weights' rounding error carried through two layers: none for F32, ~1e-3 relative for F16,
 # ~1e-2 for Q8_0 (8-bit), ~1e-1 for the 4-bit types. The exact check is the round-trip one below.
 FLOAT_BOUNDS = {"F32": 0.0, "F16": 0.1, "Q8_0": 2.0, "Q4_0": 20.0, "Q4_1": 20.0}
-MIN_CORRELATION = {"F32": 1.0, "F16": 0.99999, "Q8_0": 0.9995, "Q4_0": 0.97, "Q4_1": 0.97}
+# F32 is exact up to corrcoef's own rounding (0.9999999999999999 on an AMD host).
+MIN_CORRELATION = {"F32": 1.0 - 1e-12, "F16": 0.99999, "Q8_0": 0.9995, "Q4_0": 0.97, "Q4_1": 0.97}
 
 
 def test_weights_are_deterministic() -> None:
