@@ -20,7 +20,7 @@ import numpy as np
 from benchmarks.cache_size import ColdSize, llc_bytes
 from benchmarks.kernels import KernelBench, _per_op
 
-FORMATS = ("q4_0", "q8_0", "q4_k", "q5_k", "q6_k")
+FORMATS = ("q4_0", "q8_0", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs")
 
 
 def weights(qtype: str, n: int, k: int, rng: np.random.Generator) -> np.ndarray:

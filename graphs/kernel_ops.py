@@ -27,13 +27,16 @@ QUANT_BLOCKS: dict[str, tuple[int, int]] = {
     "q4_k": (256, 144),
     "q5_k": (256, 176),
     "q6_k": (256, 210),
+    "iq4_nl": (32, 18),   # f16 d, 16 bytes of nibbles indexing 16 non-linear levels (kernels/quant_iq.mojo)
+    "iq4_xs": (256, 136),  # super-blocks: f16 d, 6-bit scales per 32 values, the same nibbles
     "f16": (1, 2),      # IEEE half per element
     "bf16": (1, 2),     # bfloat16 per element
 }
-# Formats with the int8-activation decode rows (act="q8"): every block format; F16 / BF16 (one value
-# per "block") keep float32 activations.
-Q8_ACT_QTYPES = frozenset(QUANT_BLOCKS) - {"f16", "bf16"}
-QType = Literal["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "f16", "bf16"]
+# Formats with the int8-activation decode rows (act="q8"): every linear block format; F16 / BF16 (one
+# value per "block") and the IQ4 levels keep float32 activations (kernels/quant.mojo has_q8_rows).
+Q8_ACT_QTYPES = frozenset(QUANT_BLOCKS) - {"f16", "bf16", "iq4_nl", "iq4_xs"}
+QType = Literal["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs",
+                "f16", "bf16"]
 ActQuant = Literal["f32", "q8"]
 MatmulVariant = Literal["auto", "gemv", "gemm", "tiled", "tensor_core", "tensor_core_vec"]
 

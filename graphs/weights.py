@@ -31,7 +31,8 @@ from graphs.safetensors_file import RawTensor, array_of, read_safetensors
 FloatForm = Literal["f32", "bf16"]
 
 GGUF_QTYPES = {"F16": "f16", "BF16": "bf16", "Q8_0": "q8_0", "Q4_0": "q4_0", "Q4_1": "q4_1", "Q5_0": "q5_0",
-               "Q5_1": "q5_1", "Q2_K": "q2_k", "Q3_K": "q3_k", "Q4_K": "q4_k", "Q5_K": "q5_k", "Q6_K": "q6_k"}
+               "Q5_1": "q5_1", "Q2_K": "q2_k", "Q3_K": "q3_k", "Q4_K": "q4_k", "Q5_K": "q5_k", "Q6_K": "q6_k",
+               "IQ4_NL": "iq4_nl", "IQ4_XS": "iq4_xs"}
 
 
 @dataclass(frozen=True)

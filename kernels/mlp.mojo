@@ -23,7 +23,7 @@ from .common import BytePtr, F32, FW, Ptr, ceil_div, cpu_threads, parallel_phase
 from .qmatmul2 import qmatmul2_cpu, qmatmul2_gpu
 from .qmatmul_cpu import QGEMV_MAX_M, RowSpan, qgemv_cpu, qmatmul_cpu, task_count
 from .qmatmul_gpu import qmatmul_gpu
-from .quant import block_values, row_bytes_of
+from .quant import block_values, has_q8_rows, row_bytes_of
 from .silu_mul import silu_mul_block
 
 
@@ -85,9 +85,8 @@ struct Mlp:
         comptime assert gate == "silu" or gate == "gelu_tanh", "crucible.mlp: gate is silu or gelu_tanh"
         comptime assert act == "f32" or act == "q8", "crucible.mlp: act is f32 or q8"
         comptime assert act == "f32" or (
-            qg != "f16" and qg != "bf16" and qu != "f16" and qu != "bf16" and qd != "f16" and qd != "bf16"
-            and target == "cpu"
-        ), "act=q8: the GGUF block formats (not F16 / BF16), on CPU only"
+            has_q8_rows[qg]() and has_q8_rows[qu]() and has_q8_rows[qd]() and target == "cpu"
+        ), "act=q8: the linear GGUF block formats (not F16 / BF16 / IQ4), on CPU only"
         var M = x.dim_size(0)
         var H = x.dim_size(1)
         var I = wg.dim_size(0)

@@ -9,11 +9,14 @@
 # chunk's (or half-chunk's) combined products once, as the Q4 rows do. Mins (Q2_K, Q4_K, Q5_K) enter
 # through sums of x: per 32-value chunk from the caller's xsum (Q4_K, Q5_K), per half in vectors
 # (Q2_K, whose mins are per 16 values). Q3_K and Q6_K subtract their quant offset (4, 32) in integers.
+# IQ4_XS, a 256-value super-block as well, takes the same row: its levels by table lookup
+# (quant_iq.iq4_levels), d * (scale - 32) once per chunk.
 
 from .common import BytePtr, F32, Ptr, load_f16_as_f32
 from .qgemv_rows import prefetch_ahead
-from .quant import nibble_values
-from .quant_k import K16, KSUBS, QK_K, U8x16, kblock_bytes, q3_scale
+from .quant import block_bytes, nibble_values
+from .quant_iq import IQ4_XS_QS, iq4_nibbles, iq4_xs_scales
+from .quant_k import K16, KSUBS, QK_K, U8x16, q3_scale
 
 comptime CHAINS = 4   # independent accumulators (chunk s feeds chain s % CHAINS)
 
@@ -55,7 +58,7 @@ def qgemv_row_k[qtype: StaticString](
     x: Ptr[F32], xsum: Ptr[F32], w: BytePtr, row_bytes: Int, y: Ptr[F32], n: Int, K: Int, far: Bool
 ):
     # y[n] = x[0, :] . dequant(W[n, :]); xsum[b] = sum of x[32 b : 32 b + 32].
-    comptime SB = kblock_bytes[qtype]()
+    comptime SB = block_bytes[qtype]()
     var acc = Array[SIMD[F32, K16], CHAINS](fill=SIMD[F32, K16](0))
     var mins = SIMD[F32, K16](0)   # Q2_K's min terms, per lane
     var mins8 = SIMD[F32, KSUBS](0)  # Q4_K / Q5_K's min terms, per chunk of the super-block
@@ -132,8 +135,14 @@ def qgemv_row_k[qtype: StaticString](
                 acc[s % CHAINS] = p_hi.fma(SIMD[F32, K16](d * Float32(sc_hi & 0xF)), a)
                 mins = x0.fma(SIMD[F32, K16](-dmin * Float32(sc_lo >> 4)), mins)
                 mins = x1.fma(SIMD[F32, K16](-dmin * Float32(sc_hi >> 4)), mins)
+        elif qtype == "iq4_xs":
+            var scale = iq4_xs_scales(sb)
+            comptime for s in range(KSUBS):
+                var v = iq4_nibbles(sb.unsafe_offset(IQ4_XS_QS + 16 * s))
+                var t = v[1].fma(xb.unsafe_load[width=K16](32 * s + K16), v[0] * xb.unsafe_load[width=K16](32 * s))
+                acc[s % CHAINS] = t.fma(SIMD[F32, K16](scale[s]), acc[s % CHAINS])
         else:
-            comptime assert False, "not a K-quant"
+            comptime assert False, "not a super-block format"
     var total = mins
     comptime for c in range(CHAINS):
         total += acc[c]

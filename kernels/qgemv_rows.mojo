@@ -11,6 +11,7 @@ from std.sys.info import CompilationTarget
 from .common import BytePtr, F32, Ptr
 from .cpu_tuning import FAR_PREFETCH, FAR_PREFETCH_PAIRS
 from .quant import HALF, QBLOCK, block_bytes, block_d, block_scales, chunk_offset, decode_chunk, dot_chunk, five_bit_values, header_bytes, nibble_values
+from .quant_iq import iq4_nibbles
 
 
 comptime LANES = SIMD[DType.uint32, HALF](0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
@@ -137,6 +138,11 @@ def qgemv_rows[MROWS: Int, R: Int, qtype: StaticString](
                         offset[u * R + r] += dm[1] * xsum[unsafe_offset=b]
                     else:
                         accu[u * R + r] = t.fma(block_d[HALF](blk), accu[u * R + r])
+                elif qtype == "iq4_nl":
+                    # As Q4_0 with the levels' table in place of q - 8 (quant_iq.iq4_levels).
+                    var v = iq4_nibbles(blk.unsafe_offset(2))
+                    var t = v[1].fma(x1, v[0] * x0)
+                    accu[u * R + r] = t.fma(block_d[HALF](blk), accu[u * R + r])
                 else:
                     accu[u * R + r] += dot_chunk[qtype](rowp, b, x0, x1)
 

@@ -3,13 +3,15 @@
 #
 # Parameters:
 #   qtype  "q4_0" | "q4_1" | "q5_0" | "q5_1" | "q8_0" | "q2_k" | "q3_k" | "q4_k" | "q5_k" | "q6_k" |
-#          "f16" | "bf16"   (block layouts in quant.mojo and quant_k.mojo). Every format decodes 32
+#          "iq4_nl" | "iq4_xs" | "f16" | "bf16"   (block layouts in quant.mojo, quant_k.mojo and
+#          quant_iq.mojo). Every format decodes 32
 #          values at a time into registers, so all of them share the row, GEMM-panel and GPU loops;
 #          Q4_0 / Q4_1 / Q8_0 add the batch-1 integer rows that llama.cpp's common formats needed.
 #   act    "f32" (default): x is used as float32 everywhere; exact up to float rounding.
 #          "q8": CPU decode path (M <= 32) quantizes x to int8 per 32-value block and runs integer
 #          block dot products (qdot_int8.mojo), as llama.cpp does: faster, with its own error bound.
-#          Every block format (the K-quants in qgemv_ksuper_q8.mojo), not F16 / BF16; CPU only;
+#          Every linear block format (the K-quants in qgemv_ksuper_q8.mojo), not F16 / BF16 nor
+#          IQ4_NL / IQ4_XS (whose levels are not d * q); CPU only;
 #          prefill (M > 32) stays float32.
 #   variant GPU: "auto" | "lanes" | "staged" (qmatmul_gpu.mojo: how a warp reads its row); CPU: "auto".
 # CPU: qgemv for M <= 32, decode-into-panel GEMM above (qmatmul_cpu.mojo). GPU: qmatmul_gpu.mojo.
@@ -22,7 +24,7 @@ from max.gpu.host import DeviceContext
 from .common import BytePtr, F32, Ptr
 from .qmatmul_cpu import qmatmul_cpu
 from .qmatmul_gpu import qmatmul_gpu
-from .quant import block_values, row_bytes_of
+from .quant import block_values, has_q8_rows, row_bytes_of
 
 
 @extensibility.register("crucible.qmatmul")
@@ -43,9 +45,9 @@ struct QMatmul:
             raise Error("crucible.qmatmul[", qtype, "]: weight bytes [", N, ",", w.dim_size(1),
                         "] do not hold [N, K=", K, "] blocks, or y is not [", M, ",", N, "]")
         comptime assert act == "f32" or act == "q8", "crucible.qmatmul: act is f32 or q8"
-        comptime assert act == "f32" or (
-            qtype != "f16" and qtype != "bf16" and target == "cpu"
-        ), "act=q8: the GGUF block formats (not F16 / BF16), on CPU only"
+        comptime assert act == "f32" or (has_q8_rows[qtype]() and target == "cpu"), (
+            "act=q8: the linear GGUF block formats (not F16 / BF16 / IQ4), on CPU only"
+        )
         comptime assert variant == "auto" or target != "cpu", "crucible.qmatmul on CPU: variant is auto"
         if M == 0 or N == 0:
             return

@@ -26,7 +26,7 @@ from max.gpu.host import DeviceContext
 from .common import BytePtr, F32, FW, Ptr, ceil_div, parallel_for, scratch
 from .qmatmul_cpu import QGEMV_MAX_M, RowSpan, qgemv_cpu, qmatmul_cpu, task_count
 from .qmatmul_gpu import qmatmul_gpu
-from .quant import block_values, row_bytes_of
+from .quant import block_values, has_q8_rows, row_bytes_of
 from .silu_mul import silu_mul_block, silu_mul_cpu, silu_mul_kernel
 
 
@@ -104,9 +104,9 @@ struct QMatmul2:
             "crucible.qmatmul2: epilogue is cat, silu or gelu_tanh"
         )
         comptime assert act == "f32" or act == "q8", "crucible.qmatmul2: act is f32 or q8"
-        comptime assert act == "f32" or (
-            qa != "f16" and qa != "bf16" and qb != "f16" and qb != "bf16" and target == "cpu"
-        ), "act=q8: the GGUF block formats (not F16 / BF16), on CPU only"
+        comptime assert act == "f32" or (has_q8_rows[qa]() and has_q8_rows[qb]() and target == "cpu"), (
+            "act=q8: the linear GGUF block formats (not F16 / BF16 / IQ4), on CPU only"
+        )
         var M = x.dim_size(0)
         var K = x.dim_size(1)
         var Na = wa.dim_size(0)

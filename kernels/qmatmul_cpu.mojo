@@ -28,7 +28,7 @@ from .qgemv_groups import GROUPS_F32, groups_layout, groups_x_sizes, qgemv_row_g
 from .qgemv_octets import OCTET_VALUES, OCTET_X_BYTES, OCTETS_F32, octet_xo, octets_layout, qgemv_row_octets
 from .qgemv_rows import block_sums, far_allowed, far_prefetch, qgemv_rows
 from .qgemv_rows_q8 import qgemv_row_q8_mpairs, qgemv_row_q8_pairs, qgemv_rows_q8
-from .quant import QBLOCK, row_bytes_of
+from .quant import QBLOCK, is_super, row_bytes_of
 from .quant_k import is_kquant
 
 comptime QGEMV_MAX_M = 32
@@ -100,7 +100,7 @@ def _rows_f32[MROWS: Int, qtype: StaticString](
     block_sums(x, K // QBLOCK, xsum)
 
     def row(n: Int, r: Int, far: Bool) {var y, var x, var xsum, var w, var row_bytes, var span, var K}:
-        comptime if MROWS == 1 and is_kquant[qtype]():
+        comptime if MROWS == 1 and is_super[qtype]():
             qgemv_row_k[qtype](x, xsum, w, row_bytes, y, n, K, far)
             return
         if r == R:

@@ -8,6 +8,7 @@
 #   q8_0  34 bytes / 32 values: f16 d, 32 int8 qs;  v[j] = d * qs[j]
 #   f16, bf16  2 bytes / 1 value (decoded 32 at a time here, so a "block" is 64 bytes)
 #   q2_k .. q6_k  256-value super-blocks (quant_k.mojo), decoded 32 values at a time as well
+#   iq4_nl, iq4_xs  non-linear 4-bit levels in 32-value blocks / 256-value super-blocks (quant_iq.mojo)
 #
 # Blocks are not aligned (18, 20, 22, 34, 110, 210 bytes): every read is an unaligned byte load. A row of K values
 # is K / 32 consecutive blocks. Decoding happens in registers, one 32-value block at a time, as two
@@ -18,22 +19,36 @@ from std.sys import llvm_intrinsic
 from std.sys.info import CompilationTarget
 
 from .common import BytePtr, F32, load_f16_as_f32
+from .quant_iq import IQ4_XS_BYTES, decode_iq4_nl, decode_iq4_xs, is_iq4
 from .quant_k import KSUBS, QK_K, decode_ksub, is_kquant, kblock_bytes
 
 comptime HALF = 16        # lanes per decoded half-block
 comptime QBLOCK = 32      # values per block (f16 is decoded in groups of 32 as well)
 
 
+def is_super[qtype: StaticString]() -> Bool:
+    """Whether a block is a 256-value super-block: the K-quants and IQ4_XS."""
+    return is_kquant[qtype]() or qtype == "iq4_xs"
+
+
+def has_q8_rows[qtype: StaticString]() -> Bool:
+    """Whether act = "q8" (int8 activations) exists for the format: the linear block formats, not
+    F16 / BF16 (one value per "block") nor the non-linear IQ4 levels."""
+    return qtype != "f16" and qtype != "bf16" and qtype != "f32" and not is_iq4[qtype]()
+
+
 def block_values[qtype: StaticString]() -> Int:
-    """Values per block: 256 for the K-quants' super-blocks, else 32."""
-    return QK_K if is_kquant[qtype]() else QBLOCK
+    """Values per block: 256 for the super-blocks, else 32."""
+    return QK_K if is_super[qtype]() else QBLOCK
 
 
 def block_bytes[qtype: StaticString]() -> Int:
     """Bytes that hold one block (block_values values) in this format."""
     comptime if is_kquant[qtype]():
         return kblock_bytes[qtype]()
-    elif qtype == "q4_0":
+    elif qtype == "iq4_xs":
+        return IQ4_XS_BYTES
+    elif qtype == "q4_0" or qtype == "iq4_nl":
         return 18
     elif qtype == "q4_1":
         return 20
@@ -48,7 +63,7 @@ def block_bytes[qtype: StaticString]() -> Int:
     elif qtype == "f32":
         return 128
     else:
-        comptime assert False, "unknown qtype: expected q4_0, q4_1, q5_0, q5_1, q8_0, q2_k..q6_k, f16, bf16 or f32"
+        comptime assert False, "unknown qtype: expected q4_0, q4_1, q5_0, q5_1, q8_0, q2_k..q6_k, iq4_nl, iq4_xs, f16, bf16 or f32"
 
 
 def row_bytes_of[qtype: StaticString](K: Int) -> Int:
@@ -59,7 +74,7 @@ def row_bytes_of[qtype: StaticString](K: Int) -> Int:
 @always_inline
 def chunk_offset[qtype: StaticString](b: Int) -> Int:
     """Byte offset, within a row, of the block that holds 32-value chunk b."""
-    comptime if is_kquant[qtype]():
+    comptime if is_super[qtype]():
         return (b // KSUBS) * block_bytes[qtype]()
     else:
         return b * block_bytes[qtype]()
@@ -70,6 +85,8 @@ def decode_chunk[qtype: StaticString](row: BytePtr, b: Int) -> Tuple[SIMD[F32, H
     """Decodes values 32 b .. 32 b + 31 of the row at `row` (any format, K-quants included)."""
     comptime if is_kquant[qtype]():
         return decode_ksub[qtype](row.unsafe_offset(chunk_offset[qtype](b)), b % KSUBS)
+    elif qtype == "iq4_xs":
+        return decode_iq4_xs(row.unsafe_offset(chunk_offset[qtype](b)), b % KSUBS)
     else:
         return decode_block[qtype](row.unsafe_offset(chunk_offset[qtype](b)))
 
@@ -165,6 +182,8 @@ def decode_block[qtype: StaticString](blk: BytePtr) -> Tuple[SIMD[F32, HALF], SI
             return (lo.fma(d, m), hi.fma(d, m))
         else:
             return ((lo - 16) * d, (hi - 16) * d)
+    elif qtype == "iq4_nl":
+        return decode_iq4_nl(blk)
     elif qtype == "q8_0":
         var d = block_d[HALF](blk)
         var q0 = blk.unsafe_offset(2).unsafe_load[width=HALF](0)
@@ -209,7 +228,7 @@ def dot_block[qtype: StaticString](blk: BytePtr, x0: SIMD[F32, HALF], x1: SIMD[F
 @always_inline
 def dot_chunk[qtype: StaticString](row: BytePtr, b: Int, x0: SIMD[F32, HALF], x1: SIMD[F32, HALF]) -> SIMD[F32, HALF]:
     """dot_block for chunk b of the row at `row`, any format."""
-    comptime if is_kquant[qtype]():
+    comptime if is_super[qtype]():
         var w = decode_chunk[qtype](row, b)
         return w[1].fma(x1, w[0] * x0)
     else:

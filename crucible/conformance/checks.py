@@ -17,7 +17,7 @@ from crucible.conformance.attention_checks import (
 from crucible.conformance.harness import CaseResult, Harness, result
 from crucible.core.bf16 import round_bf16
 from crucible.conformance.matmul_checks import (
-    K_QTYPES, QTYPES, check_matmul, check_qmatmul, matmul_graph, qmatmul_graph, quantized_weights,
+    QTYPES, RANDOM_QTYPES, check_matmul, check_qmatmul, matmul_graph, qmatmul_graph, quantized_weights,
 )
 from crucible.conformance.mlp_checks import MLP_TRIPLES, check_mlp, mlp_graph, mlp_triples
 from crucible.conformance.qmatmul2_checks import QMATMUL2_PAIRS, check_qmatmul2, qmatmul2_graph, qmatmul2_pairs
@@ -150,7 +150,7 @@ def check_embedding(h: Harness) -> list[CaseResult]:
     model = embedding_graph(h)
     rng = np.random.default_rng(3)
     table = rng.standard_normal((1000, hidden)).astype(np.float32)
-    enc = {q: quantized_weights(1000, hidden, q, rng) if q in K_QTYPES else R.quantize(table, q) for q in QTYPES}
+    enc = {q: quantized_weights(1000, hidden, q, rng) if q in RANDOM_QTYPES else R.quantize(table, q) for q in QTYPES}
     ids = np.array([0, 999, 5, 5, 123], np.int64)
     ys = h.run(model, [ids, table] + [enc[q] for q in QTYPES])
     out = []

@@ -14,8 +14,12 @@ MATMUL_M = (1, 2, 7, 8, 64, 300)
 MATMUL_KN = ((576, 1536), (1536, 576), (577, 33), (100, 1537), (16, 5), (72, 33))
 # The CPU GEMM runs M in slabs of 2016 rows (gemm_cpu.mojo SLAB_M): 2100 rows take two.
 MATMUL_BIG = ((1, 4096, 4096), (8, 4096, 4096), (64, 4096, 4096), (2100, 64, 40))
-QTYPES = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "f16", "bf16")
-K_QTYPES = ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k")
+QTYPES = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "f16",
+          "bf16")
+# 256-value super-block formats (K multiples of 256), and the formats gguf-py decodes but cannot encode
+# (random valid blocks).
+SUPER_QTYPES = ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs")
+RANDOM_QTYPES = SUPER_QTYPES + ("iq4_nl",)
 # The batch-1 int8 path takes blocks in octets (AVX2 without VNNI, Q4), then pairs, two pairs per step,
 # then a lone pair and a lone block: K = 64 is one lone pair, 96 (3 blocks) a lone pair and a lone
 # block, 160 (5) one step and a lone block, 480 (15) an octet, a step, a lone pair and a lone block,
@@ -36,7 +40,7 @@ QMATMUL_KN_K = ((768, 577), (256, 33), (1536, 7), (512, 96), (2304, 33))
 def qmatmul_shapes(qtype: str) -> list[tuple[int, int, int]]:
     """(M, K, N) of the grid: every M (decode 1, batched decode 2-8 and 20 = 8 + 8 + 4, prefill 64-512)
     at every (K, N), then long rows and a two-slab GEMM."""
-    if qtype in K_QTYPES:
+    if qtype in SUPER_QTYPES:
         kn = QMATMUL_KN_K
         return [(m, k, n) for m in MATMUL_M + (20,) for k, n in kn] + [(512, 1536, 96), (1, 4096, 4096),
                                                                        (8, 4096, 4096), (2100, 256, 33)]
@@ -46,8 +50,8 @@ def qmatmul_shapes(qtype: str) -> list[tuple[int, int, int]]:
 
 def quantized_weights(n: int, k: int, qtype: str, rng: np.random.Generator) -> np.ndarray:
     """[N, bytes] of `qtype` blocks: gguf-py's encoding of random normal rows, or random valid blocks
-    for the K-quants (which gguf-py cannot encode)."""
-    if qtype in K_QTYPES:
+    for the formats gguf-py cannot encode (RANDOM_QTYPES)."""
+    if qtype in RANDOM_QTYPES:
         return R.random_blocks(n, k, qtype, rng)
     return R.quantize(rng.standard_normal((n, k)).astype(np.float32), qtype)
 
@@ -192,7 +196,7 @@ def _qmatmul_special_x(h: Harness, model: object, qtype: str, rng: np.random.Gen
     A zero block, blocks of tiny (1e-35, under its 1e-30 floor) and small (1e-20) values, an outlier of
     1e4 beside values of 1e-3; then a NaN in x, which must reach every output as in fp32 arithmetic.
     """
-    k, n = (512, 1536) if qtype in K_QTYPES else (576, 1536)
+    k, n = (512, 1536) if qtype in SUPER_QTYPES else (576, 1536)
     x = rng.standard_normal((1, k)).astype(np.float32)
     x[0, 0:32] = 0.0
     x[0, 32:64] *= 1e-35

@@ -18,7 +18,7 @@ import numpy as np
 
 from crucible.conformance import naive as R
 from crucible.conformance.harness import CaseResult, Harness, result
-from crucible.conformance.matmul_checks import K_QTYPES, magnitude, qmatmul_acts, quantized_weights
+from crucible.conformance.matmul_checks import SUPER_QTYPES, magnitude, qmatmul_acts, quantized_weights
 from crucible.conformance.qmatmul2_checks import SUBNORMAL, gated_bound
 from crucible.conformance.tolerance import dot_bound, error_ratio
 
@@ -42,7 +42,7 @@ def mlp_triples(target: str) -> tuple[tuple[str, str, str], ...]:
 
 def mlp_shapes(qd: str) -> list[tuple[int, int, int]]:
     """(M, H, I) for a down type: I a multiple of 256 when down is a K-quant."""
-    return [(m, hh, i) for m in MLP_M for hh, i in (MLP_HI_K if qd in K_QTYPES else MLP_HI)]
+    return [(m, hh, i) for m in MLP_M for hh, i in (MLP_HI_K if qd in SUPER_QTYPES else MLP_HI)]
 
 
 def mlp_graph(h: Harness, qg: str, qu: str, qd: str):

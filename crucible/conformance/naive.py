@@ -31,7 +31,7 @@ def quantize(w: np.ndarray, qtype: str) -> np.ndarray:
 
     if qtype == "f16":
         return w.astype(np.float16).view(np.uint8).reshape(w.shape[0], -1)
-    if qtype.endswith("_k"):
+    if qtype.endswith("_k") or qtype.startswith("iq"):
         raise ValueError(f"gguf-py cannot encode {qtype}: use random_blocks")
     return gguf.quants.quantize(w.astype(np.float32), gguf.GGMLQuantizationType[qtype.upper()])
 
@@ -70,13 +70,16 @@ def block_offsets(wq: np.ndarray, qtype: str, n_out: int, k_in: int) -> np.ndarr
     return dequantize(blocks.reshape(n_out, -1), qtype, n_out, k_in)
 
 
-# Byte offsets of the f16 fields (d, dmin) in each K-quant super-block (ggml-common.h).
-KQUANT_HALF_OFFSETS = {"q2_k": (80, 82), "q3_k": (108,), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,)}
+# Byte offsets of the f16 fields (d, dmin) in each block of the formats gguf-py cannot encode
+# (ggml-common.h).
+KQUANT_HALF_OFFSETS = {"q2_k": (80, 82), "q3_k": (108,), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,),
+                       "iq4_nl": (0,), "iq4_xs": (0,)}
 
 
 def random_blocks(n_out: int, k_in: int, qtype: str, rng: np.random.Generator) -> np.ndarray:
     """Random valid rows of `qtype` blocks [N, bytes]: random quants and packed scales, with every half
-    field (d, dmin) a finite value near 0.01. For the K-quants, which gguf-py decodes but cannot encode."""
+    field (d, dmin) a finite value near 0.01. For the K-quants and IQ4 formats, which gguf-py decodes but
+    cannot encode."""
     import gguf
 
     block, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype.upper()]]

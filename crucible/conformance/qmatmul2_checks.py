@@ -17,7 +17,7 @@ import numpy as np
 
 from crucible.conformance import naive as R
 from crucible.conformance.harness import CaseResult, Harness, result
-from crucible.conformance.matmul_checks import K_QTYPES, magnitude, qmatmul_acts, quantized_weights
+from crucible.conformance.matmul_checks import SUPER_QTYPES, magnitude, qmatmul_acts, quantized_weights
 from crucible.conformance.tolerance import U32, dot_bound, error_ratio
 
 # Type pairs: SmolLM2 Q4_K_M's q|k + v (Q5_0 + Q8_0), a 4096-wide Q4_K_M's (Q4_K + Q6_K), one type for
@@ -41,7 +41,7 @@ SUBNORMAL = float(np.finfo(np.float32).tiny)  # 2^-126: below it, a flush to zer
 
 def qmatmul2_shapes(qa: str, qb: str) -> list[tuple[int, int, int, int]]:
     """(M, K, Na, Nb) for a type pair: K a multiple of 256 when either type is a K-quant."""
-    kn = QMATMUL2_KN_K if qa in K_QTYPES or qb in K_QTYPES else QMATMUL2_KN
+    kn = QMATMUL2_KN_K if qa in SUPER_QTYPES or qb in SUPER_QTYPES else QMATMUL2_KN
     return [(m, k, na, nb) for m in QMATMUL2_M for k, na, nb in kn]
 
 

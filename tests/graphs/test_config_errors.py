@@ -38,7 +38,7 @@ def test_unsupported_gguf_tensor_type_is_named(tmp_path) -> None:
     import gguf
 
     path = write_gguf(TINY_LLAMA, tmp_path / "m.gguf", "Q4_0")
-    # Rewrite one projection as IQ4_NL, a type Crucible does not read (raw bytes of the right size: 18
+    # Rewrite one projection as MXFP4, a type Crucible does not read (raw bytes of the right size: 17
     # bytes per 32 values).
     reader = gguf.GGUFReader(str(path))
     writer = gguf.GGUFWriter(str(tmp_path / "k.gguf"), "llama")
@@ -49,8 +49,8 @@ def test_unsupported_gguf_tensor_type_is_named(tmp_path) -> None:
     for t in reader.tensors:
         if t.name == "blk.0.ffn_down.weight":
             k_in, n_out = (int(d) for d in t.shape[:2])
-            raw = np.zeros((n_out, k_in // 32 * 18), np.uint8)
-            writer.add_tensor(t.name, raw, raw_dtype=gguf.GGMLQuantizationType.IQ4_NL)
+            raw = np.zeros((n_out, k_in // 32 * 17), np.uint8)
+            writer.add_tensor(t.name, raw, raw_dtype=gguf.GGMLQuantizationType.MXFP4)
         else:
             writer.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
     writer.write_header_to_file()
@@ -58,7 +58,7 @@ def test_unsupported_gguf_tensor_type_is_named(tmp_path) -> None:
     writer.write_tensors_to_file()
     writer.close()
     src = resolve_model(tmp_path / "k.gguf")
-    with pytest.raises(UnsupportedModelError, match="IQ4_NL"):
+    with pytest.raises(UnsupportedModelError, match="MXFP4"):
         load_weights(src, load_config(src))
 
 

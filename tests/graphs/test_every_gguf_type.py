@@ -1,6 +1,6 @@
 """One tiny model whose tensors use every GGUF type Crucible reads besides the conftest's whole-file
-types (F32, F16, Q8_0, Q4_0, Q4_1): Q5_0, Q5_1, BF16 and the K-quants Q2_K..Q6_K, the tied embedding and
-output in Q4_K. It must match transformers on the same file, which decodes each tensor with gguf-py.
+types (F32, F16, Q8_0, Q4_0, Q4_1): Q5_0, Q5_1, BF16, the K-quants Q2_K..Q6_K and IQ4_NL / IQ4_XS, the tied
+embedding and output in Q4_K. It must match transformers on the same file, which decodes each tensor with gguf-py.
 
 Qwen2's widths fit the K-quants' 256-value super-blocks (hidden 256) except the MLP's 544, so
 ffn_down takes a 32-value format, as llama.cpp's presets do for such rows. Bound as in
@@ -33,6 +33,7 @@ def test_every_type_matches_transformers(every_type: Path) -> None:
     assert [lin.qtype for lin in l0.gate_up] == ["q6_k", "q5_0"]
     assert [lin.qtype for lin in l1.gate_up] == ["bf16", "q5_0"]
     assert (l0.o_proj.qtype, l0.down.qtype) == ("q5_k", "q5_1")
+    assert [lin.qtype for lin in l1.qkv] == ["iq4_xs", "q3_k", "q4_k"] and l1.down.qtype == "iq4_nl"
     assert model.weights.embedding.qtype == "q4_k" and model.weights.lm_head is model.weights.embedding
     ids = np.random.default_rng(9).integers(3, TINY_QWEN2.vocab_size, 70).tolist()
     ours, theirs = full_logits(model, ids), Reference(every_type).logits(ids)
@@ -40,7 +41,7 @@ def test_every_type_matches_transformers(every_type: Path) -> None:
     assert (ours.argmax(-1) == theirs.argmax(-1)).all()
     assert model.provenance["hot_path_fallbacks"] == []
     line = model.inventory.line()
-    assert all(t in line for t in ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1", "BF16")), line
+    assert all(t in line for t in ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1", "BF16", "IQ4_NL", "IQ4_XS")), line
 
 
 def test_int8_activations_name_the_types_they_skip(every_type: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,7 +52,7 @@ def test_int8_activations_name_the_types_they_skip(every_type: Path, monkeypatch
     model = CrucibleModel(str(every_type))
     assert model.float_activation_types() == [] and "--activations" not in model.load_line()
     monkeypatch.setattr(model, "options", replace(model.options, activations="q8"))
-    expected = ["BF16"]
+    expected = ["BF16", "IQ4_NL", "IQ4_XS"]
     assert model.float_activation_types() == expected
     assert model.provenance["float_activation_types"] == expected
     assert "the BF16" in model.load_line()

@@ -45,18 +45,20 @@ Arch = Literal["llama", "qwen2", "qwen3", "gemma3"]
 # GGUF tensor types the conftest writes every tiny model in; norms and biases are always F32.
 GGUF_WEIGHT_TYPES = ("F32", "F16", "Q8_0", "Q4_0", "Q4_1")
 # Further types write_gguf writes, for single tensors (overrides) or whole files. gguf-py encodes the
-# 32-value formats and BF16; the K-quants it only decodes, so their tensors are random valid
-# super-blocks scaled to the float weight's spread (a tiny model's weights are random anyway, and the
-# reference decodes the same bytes).
-GGUF_MORE_TYPES = ("BF16", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+# 32-value linear formats and BF16; the K-quants and IQ4 formats it only decodes, so their tensors are
+# random valid blocks scaled to the float weight's spread (a tiny model's weights are random anyway, and
+# the reference decodes the same bytes).
+GGUF_MORE_TYPES = ("BF16", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS")
 # write_gguf overrides giving TINY_QWEN2 every type of GGUF_MORE_TYPES (first matching fragment wins:
 # layer 1's gate is BF16, layer 0's Q6_K); its MLP's 544 columns take 32-value formats in ffn_down.
 EVERY_TYPE_OVERRIDES = {
+    "layers.1.self_attn.q_proj": "IQ4_XS", "layers.1.mlp.down_proj": "IQ4_NL",
     "q_proj": "Q2_K", "k_proj": "Q3_K", "v_proj": "Q4_K", "o_proj": "Q5_K",
     "layers.1.mlp.gate_proj": "BF16", "gate_proj": "Q6_K", "up_proj": "Q5_0", "down_proj": "Q5_1",
     "embed_tokens": "Q4_K",
 }
-GGUF_K_TYPES = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+# Types written as random valid blocks (random_blocks_like).
+GGUF_RANDOM_TYPES = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS")
 # A type write_gguf can write (gguf-py encodes it) that Crucible does not load: tests of the error.
 GGUF_UNSUPPORTED_TYPES = ("MXFP4",)
 GGUF_BLOCK = 32
@@ -383,14 +385,17 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
     return f"blk.{layer}.{table[module]}.{suffix}"
 
 
-def random_kquant_like(w: np.ndarray, wtype: str, rng: np.random.Generator) -> np.ndarray:
-    """Random valid `wtype` super-blocks [N, bytes] for a float weight w [N, K] (K a multiple of 256),
+def random_blocks_like(w: np.ndarray, wtype: str, rng: np.random.Generator) -> np.ndarray:
+    """Random valid `wtype` blocks [N, bytes] for a float weight w [N, K] (K a multiple of the block),
     their d (and dmin) set so the decoded values have w's standard deviation."""
+    import gguf
+
     from crucible.conformance.naive import KQUANT_HALF_OFFSETS, dequantize, random_blocks
 
     qtype = wtype.lower()
     n, k = w.shape
-    blocks = random_blocks(n, k, qtype, rng).reshape(n, k // 256, -1)
+    block, _ = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[wtype]]
+    blocks = random_blocks(n, k, qtype, rng).reshape(n, k // block, -1)
     halves = KQUANT_HALF_OFFSETS[qtype]
     unit = dequantize(_set_halves(blocks, halves, 1.0).reshape(n, -1), qtype, n, k)
     scale = float(np.std(w)) / max(float(np.std(unit)), 1e-30)
@@ -513,7 +518,8 @@ def write_gguf(spec: TinyModelSpec, path: Path, weight_type: str = "F32",
     writer.add_vocab_size(spec.vocab_size)
     # llama_ftype of a file whose weights are all of one type (gguf.LlamaFileType).
     writer.add_file_type({"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10,
-                          "Q3_K": 12, "Q4_K": 15, "Q5_K": 17, "Q6_K": 18, "BF16": 32, "MXFP4": 38}[weight_type])
+                          "Q3_K": 12, "Q4_K": 15, "Q5_K": 17, "Q6_K": 18, "IQ4_NL": 25, "IQ4_XS": 30, "BF16": 32,
+                          "MXFP4": 38}[weight_type])
 
     if spec.arch == "gemma3":
         _add_spm_vocab(writer, spec.vocab_size)
@@ -536,9 +542,9 @@ def write_gguf(spec: TinyModelSpec, path: Path, weight_type: str = "F32",
             writer.add_tensor(name, w.astype(np.float32))
         elif wtype == "F16":
             writer.add_tensor(name, w.astype(np.float16))
-        elif wtype in GGUF_K_TYPES:
+        elif wtype in GGUF_RANDOM_TYPES:
             qt = gguf.GGMLQuantizationType[wtype]
-            writer.add_tensor(name, random_kquant_like(w, wtype, rng), raw_dtype=qt)
+            writer.add_tensor(name, random_blocks_like(w, wtype, rng), raw_dtype=qt)
         else:
             qt = gguf.GGMLQuantizationType[wtype]
             writer.add_tensor(name, gguf.quants.quantize(w, qt), raw_dtype=qt)
