@@ -199,8 +199,6 @@ def config_from_hf(folder: Path) -> ModelConfig:
             f"{', '.join(sorted(HF_ARCHITECTURES))}")
     if arch == "llama" and (raw.get("attention_bias") or raw.get("mlp_bias")):
         raise UnsupportedModelError("Llama with attention_bias/mlp_bias is not supported")
-    if arch != "gemma3" and raw.get("use_sliding_window") and raw.get("sliding_window"):
-        raise UnsupportedModelError(f"sliding-window attention is not supported for {arch}")
     eos = _eos_ids(raw.get("eos_token_id"))
     gen = folder / "generation_config.json"
     if gen.is_file():
@@ -211,8 +209,10 @@ def config_from_hf(folder: Path) -> ModelConfig:
     if arch == "gemma3":
         extra = _gemma3_hf(raw)
         rope_theta, rope_raw = extra.pop("rope_theta"), extra.pop("rope_scaling")
-    elif "rope_parameters" in raw and "rope_theta" not in raw:  # transformers 5 writes it there
-        rope_theta, rope_raw = raw["rope_parameters"].get("rope_theta", 10000.0), raw["rope_parameters"]
+    else:
+        extra = _sliding_hf(archs[0], raw)
+        if "rope_parameters" in raw and "rope_theta" not in raw:  # transformers 5 writes it there
+            rope_theta, rope_raw = raw["rope_parameters"].get("rope_theta", 10000.0), raw["rope_parameters"]
     return ModelConfig(
         arch=arch,
         vocab_size=int(raw["vocab_size"]),
@@ -234,6 +234,32 @@ def config_from_hf(folder: Path) -> ModelConfig:
         qk_norm=arch in ("qwen3", "gemma3"),
         **extra,
     )
+
+
+def _sliding_hf(hf_arch: str, raw: dict) -> dict:
+    """Sliding-window layers of a Mistral, Qwen2 or Qwen3 config.json, as transformers reads them.
+
+    Mistral: every layer attends in `sliding_window` (4096 when the key is absent: v0.1; v0.2 and later
+    write null). Qwen2 / Qwen3: only with `use_sliding_window`, the layers `layer_types` names, or else
+    those from `max_window_layers` on. Llama's config has no window.
+    """
+    if hf_arch == "MistralForCausalLM":
+        window = raw.get("sliding_window", 4096)
+        types = ["sliding_attention"] * int(raw["num_hidden_layers"])
+    elif hf_arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM") and raw.get("use_sliding_window"):
+        window = raw.get("sliding_window", 4096)
+        first = int(raw.get("max_window_layers", 28))
+        types = raw.get("layer_types") or [
+            "sliding_attention" if i >= first else "full_attention" for i in range(int(raw["num_hidden_layers"]))]
+    else:
+        return {}
+    if set(types) - {"full_attention", "sliding_attention"}:
+        raise UnsupportedModelError(f"layer types {sorted(set(types))} are not supported")
+    if window is None or "sliding_attention" not in types:
+        return {}
+    if int(window) <= 0:
+        raise UnsupportedModelError(f"sliding_window must be positive, got {window}")
+    return {"sliding_window": int(window), "sliding_layers": tuple(t == "sliding_attention" for t in types)}
 
 
 def _gemma3_hf(raw: dict) -> dict:

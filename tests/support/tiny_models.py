@@ -86,7 +86,10 @@ class TinyModelSpec:
         llama3_rope: Llama 3.1-style frequency scaling (factor, low_freq_factor, high_freq_factor,
             original_max_position_embeddings), or None: in config.json as rope_scaling, in GGUF as the
             rope_freqs.weight tensor llama.cpp's converter writes.
-        sliding_window: Gemma 3's window (layers with (i + 1) % 6 != 0 use it); 0 for other archs.
+        sliding_window: The attention window, 0 for none. Gemma 3: layers with (i + 1) % 6 != 0 use it.
+            Llama: written as a Mistral config (every layer). Qwen2 / Qwen3: `use_sliding_window` with
+            `max_window_layers` 1 (every layer but the first). config.json only; a GGUF file carries it
+            for Gemma 3 alone, as llama.cpp reads it.
         query_pre_attn_scalar: Gemma 3's score scale is its ** -0.5. Only config.json carries it: a GGUF
             file scales by head_dim ** -0.5, as llama.cpp and transformers read one.
         rope_linear: Gemma 3's linear rope scaling factor of the global layers (4B and up: 8), or None.
@@ -126,7 +129,8 @@ class TinyModelSpec:
 
     @property
     def name(self) -> str:
-        return f"tiny-{self.arch}" + ("-llama3-rope" if self.llama3_rope else "")
+        return f"tiny-{self.arch}" + ("-llama3-rope" if self.llama3_rope else "") + (
+            f"-window{self.sliding_window}" if self.sliding_window and self.arch != "gemma3" else "")
 
     def rope_freq_factors(self) -> np.ndarray:
         """[D/2] float32 rope_freqs.weight as llama.cpp's convert_hf_to_gguf.py computes it (LlamaModel)."""
@@ -257,9 +261,14 @@ def _hf_config(spec: TinyModelSpec) -> dict:
         factor, low, high, old_ctx = spec.llama3_rope
         common["rope_scaling"] = {"rope_type": "llama3", "factor": factor, "low_freq_factor": low,
                                   "high_freq_factor": high, "original_max_position_embeddings": old_ctx}
+    if spec.arch == "llama" and spec.sliding_window:
+        return {"architectures": ["MistralForCausalLM"], "model_type": "mistral",
+                "sliding_window": spec.sliding_window, **common}
     if spec.arch == "llama":
         return {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
                 "attention_bias": False, "mlp_bias": False, **common}
+    window = {"use_sliding_window": bool(spec.sliding_window), "sliding_window": spec.sliding_window or None,
+              "max_window_layers": 1}
     if spec.arch == "gemma3":
         common.pop("rope_theta")
         common.pop("hidden_act")
@@ -273,9 +282,8 @@ def _hf_config(spec: TinyModelSpec) -> dict:
                 "final_logit_softcapping": None, "attn_logit_softcapping": None, **common}
     if spec.arch == "qwen3":
         return {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "attention_bias": False,
-                "use_sliding_window": False, **common}
-    return {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "use_sliding_window": False,
-            **common}
+                **window, **common}
+    return {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", **window, **common}
 
 
 def _gemma3_layer_types(spec: TinyModelSpec) -> list[str]:
@@ -509,7 +517,7 @@ def write_gguf(spec: TinyModelSpec, path: Path, weight_type: str = "F32",
         writer.add_key_length(spec.head_dim)
         writer.add_value_length(spec.head_dim)
     writer.add_rope_freq_base(spec.rope_theta)
-    if spec.sliding_window:
+    if spec.sliding_window and spec.arch == "gemma3":
         writer.add_sliding_window(spec.sliding_window)
     if spec.rope_linear is not None:  # llama.cpp's converter writes Gemma 3's scaling so
         writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
