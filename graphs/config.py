@@ -21,15 +21,17 @@ import numpy as np
 from crucible.core.errors import UnsupportedModelError  # noqa: F401 - raised here, re-exported
 from crucible.core.registry import ModelSource
 
-Arch = Literal["llama", "qwen2", "qwen3", "gemma3"]
+Arch = Literal["llama", "qwen2", "qwen3", "gemma3", "phi3"]
 HF_ARCHITECTURES: dict[str, Arch] = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "llama",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
     "Gemma3ForCausalLM": "gemma3",
+    "Phi3ForCausalLM": "phi3",
 }
-GGUF_ARCHITECTURES: dict[str, Arch] = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3"}
+GGUF_ARCHITECTURES: dict[str, Arch] = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3",
+                                       "phi3": "phi3"}
 # Gemma 3: every sixth layer (5, 11, ...) attends globally, the others in a sliding window, with rope
 # base 10000 (llama.cpp hard-codes both for the gemma3 GGUF architecture; HF configs may spell them out).
 GEMMA3_SLIDING_PATTERN = 6
@@ -199,6 +201,8 @@ def config_from_hf(folder: Path) -> ModelConfig:
             f"{', '.join(sorted(HF_ARCHITECTURES))}")
     if arch == "llama" and (raw.get("attention_bias") or raw.get("mlp_bias")):
         raise UnsupportedModelError("Llama with attention_bias/mlp_bias is not supported")
+    if arch == "phi3":
+        _check_phi3_hf(raw)
     eos = _eos_ids(raw.get("eos_token_id"))
     gen = folder / "generation_config.json"
     if gen.is_file():
@@ -236,15 +240,31 @@ def config_from_hf(folder: Path) -> ModelConfig:
     )
 
 
+def _check_phi3_hf(raw: dict) -> None:
+    """Phi-3's variants that would need more than a Llama decoder with fused weights: LongRoPE (the
+    128k models, Phi-3.5), partial rotary (Phi-4-mini), a non-SiLU MLP."""
+    rope = raw.get("rope_scaling") or raw.get("rope_parameters") or {}
+    if rope.get("rope_type", rope.get("type", "default")) not in ("default", None):
+        raise UnsupportedModelError(f"Phi-3 rope scaling {rope.get('rope_type', rope.get('type'))!r} is not supported")
+    partial = rope.get("partial_rotary_factor", raw.get("partial_rotary_factor", 1.0))
+    if float(partial) != 1.0:
+        raise UnsupportedModelError(f"Phi-3 with partial_rotary_factor {partial} is not supported")
+    if raw.get("hidden_act", "silu") != "silu":
+        raise UnsupportedModelError(f"Phi-3 MLP activation {raw['hidden_act']!r} is not supported (silu)")
+
+
 def _sliding_hf(hf_arch: str, raw: dict) -> dict:
-    """Sliding-window layers of a Mistral, Qwen2 or Qwen3 config.json, as transformers reads them.
+    """Sliding-window layers of a Mistral, Phi-3, Qwen2 or Qwen3 config.json, as transformers reads them.
 
     Mistral: every layer attends in `sliding_window` (4096 when the key is absent: v0.1; v0.2 and later
-    write null). Qwen2 / Qwen3: only with `use_sliding_window`, the layers `layer_types` names, or else
+    write null). Phi-3: every layer, when the key is set. Qwen2 / Qwen3: only with `use_sliding_window`, the layers `layer_types` names, or else
     those from `max_window_layers` on. Llama's config has no window.
     """
     if hf_arch == "MistralForCausalLM":
         window = raw.get("sliding_window", 4096)
+        types = ["sliding_attention"] * int(raw["num_hidden_layers"])
+    elif hf_arch == "Phi3ForCausalLM":  # transformers' Phi3Config: none unless given (Phi-3-mini-4k: 2047)
+        window = raw.get("sliding_window")
         types = ["sliding_attention"] * int(raw["num_hidden_layers"])
     elif hf_arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM") and raw.get("use_sliding_window"):
         window = raw.get("sliding_window", 4096)
@@ -322,8 +342,11 @@ def config_from_gguf(reader) -> ModelConfig:
     hidden = int(field(f"{p}.embedding_length"))
     vocab = field(f"{p}.vocab_size") or gguf_meta.vocab_size(reader)
     scaling = field(f"{p}.rope.scaling.type")
-    if (arch == "llama" and scaling not in (None, "none")) or (arch == "gemma3" and scaling not in (None, "none", "linear")):
+    if (arch in ("llama", "phi3") and scaling not in (None, "none")) or (
+            arch == "gemma3" and scaling not in (None, "none", "linear")):
         raise UnsupportedModelError(f"GGUF rope scaling {field(f'{p}.rope.scaling.type')!r} is not supported")
+    if arch == "phi3" and "rope_factors_long.weight" in names:
+        raise UnsupportedModelError("GGUF phi3 with LongRoPE factors (the 128k models) is not supported")
     factors = None
     if "rope_freqs.weight" in names:  # llama.cpp's form of Llama 3.1/3.2 frequency scaling
         t = next(t for t in reader.tensors if t.name == "rope_freqs.weight")
@@ -352,6 +375,12 @@ def config_from_gguf(reader) -> ModelConfig:
         end_of_turn = gguf_meta.token_id(reader, "<end_of_turn>")
         if end_of_turn is not None:
             eos = tuple(dict.fromkeys(eos + (end_of_turn,)))
+    if arch == "phi3":
+        # Phi-3's turns end with <|end|>, the file's eos is <|endoftext|> (llama.cpp stops at both). The
+        # file's sliding_window is not applied: llama.cpp disables Phi-3's window, and so do we.
+        end = gguf_meta.token_id(reader, "<|end|>")
+        if end is not None:
+            eos = tuple(dict.fromkeys(eos + (end,)))
     return ModelConfig(
         arch=arch,
         vocab_size=int(vocab),

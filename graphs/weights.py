@@ -129,6 +129,30 @@ def _fuse(parts: list[Linear]) -> tuple[Linear, ...]:
     return tuple(_stack(run) for run in runs)
 
 
+# Phi-3 stores q|k|v as one tensor and gate|up as another (HF qkv_proj / gate_up_proj, GGUF attn_qkv /
+# ffn_up): each part is a block of rows of it, read as its own Linear (_fuse stacks q|k|v back).
+FUSED_PARTS = {"q": "qkv", "k": "qkv", "v": "qkv", "gate": "gate_up", "up": "gate_up"}
+
+
+def fused_rows(cfg: ModelConfig, key: str) -> tuple[int, int]:
+    """Rows [start, stop) of part `key` (q, k, v, gate or up) in its fused tensor."""
+    q, kv, inter = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.intermediate_size
+    return {"q": (0, q), "k": (q, q + kv), "v": (q + kv, q + 2 * kv), "gate": (0, inter),
+            "up": (inter, 2 * inter)}[key]
+
+
+def fused_part(whole: Linear, cfg: ModelConfig, key: str) -> Linear:
+    """Part `key` of its fused tensor: its rows (output features), in the tensor's own form (a row of
+    GGUF blocks stands alone)."""
+    start, stop = fused_rows(cfg, key)
+    hd = cfg.head_dim
+    total = (cfg.num_heads + 2 * cfg.num_kv_heads) * hd if FUSED_PARTS[key] == "qkv" else 2 * cfg.intermediate_size
+    if whole.n_out != total:
+        raise UnsupportedModelError(f"fused {FUSED_PARTS[key]} weight has {whole.n_out} rows; the config needs {total}")
+    bias = None if whole.bias is None else whole.bias[start:stop]
+    return Linear(whole.qtype, np.ascontiguousarray(whole.data[start:stop]), stop - start, whole.k_in, bias)
+
+
 def _assemble(cfg: ModelConfig, get, get_linear) -> ModelWeights:
     layers = []
     for i in range(cfg.num_layers):
@@ -161,6 +185,7 @@ _HF_NAMES = {
 _HF_GEMMA3_NAMES = {**_HF_NAMES, "ffn_norm": "pre_feedforward_layernorm.weight",
                     "post_attn_norm": "post_attention_layernorm.weight",
                     "post_ffn_norm": "post_feedforward_layernorm.weight"}
+_HF_PHI3_NAMES = {**_HF_NAMES, "qkv": "self_attn.qkv_proj", "gate_up": "mlp.gate_up_proj"}
 
 
 def float_linear(w: np.ndarray, form: FloatForm, bias: np.ndarray | None = None,
@@ -202,7 +227,7 @@ def load_hf_weights(folder: Path, cfg: ModelConfig, form: FloatForm = "f32") -> 
     def as_f32(t: RawTensor) -> np.ndarray:
         return np.ascontiguousarray(bf16_to_f32(t.array) if t.dtype == "BF16" else np.array(t.array, dtype=np.float32))
 
-    names = _HF_GEMMA3_NAMES if cfg.arch == "gemma3" else _HF_NAMES
+    names = {"gemma3": _HF_GEMMA3_NAMES, "phi3": _HF_PHI3_NAMES}.get(cfg.arch, _HF_NAMES)
 
     def get(layer: int | None, key: str) -> np.ndarray:
         w = as_f32(raw("model.norm.weight" if layer is None else f"model.layers.{layer}.{names[key]}"))
@@ -216,6 +241,8 @@ def load_hf_weights(folder: Path, cfg: ModelConfig, form: FloatForm = "f32") -> 
     def get_linear(layer: int | None, key: str) -> Linear:
         if layer is None:
             return linear("model.embed_tokens.weight" if key == "embed" else "lm_head.weight", None)
+        if cfg.arch == "phi3" and key in FUSED_PARTS:
+            return fused_part(get_linear(layer, FUSED_PARTS[key]), cfg, key)
         prefix = f"model.layers.{layer}.{names[key]}"
         return linear(prefix + ".weight", prefix + ".bias")
 
@@ -228,6 +255,8 @@ _GGUF_NAMES = {
     "q_norm": "attn_q_norm", "k_norm": "attn_k_norm",
     # Gemma 3; llama.cpp's converter stores its norms as w + 1 already.
     "post_attn_norm": "post_attention_norm", "post_ffn_norm": "post_ffw_norm",
+    # Phi-3's fused tensors (ffn_up holds gate|up there).
+    "qkv": "attn_qkv", "gate_up": "ffn_up",
 }
 
 
@@ -271,6 +300,8 @@ def load_gguf_weights(path: Path, cfg: ModelConfig, form: FloatForm = "f32") -> 
     def get_linear(layer: int | None, key: str) -> Linear:
         if layer is None:
             return linear_from("token_embd.weight" if key == "embed" else "output.weight", None)
+        if cfg.arch == "phi3" and key in FUSED_PARTS:
+            return fused_part(get_linear(layer, FUSED_PARTS[key]), cfg, key)
         base = f"blk.{layer}.{_GGUF_NAMES[key]}"
         return linear_from(base + ".weight", base + ".bias")
 

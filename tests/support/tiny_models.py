@@ -41,7 +41,7 @@ from tests.support.tiny_tokenizer import (
     vocab_in_id_order,
 )
 
-Arch = Literal["llama", "qwen2", "qwen3", "gemma3"]
+Arch = Literal["llama", "qwen2", "qwen3", "gemma3", "phi3"]
 # GGUF tensor types the conftest writes every tiny model in; norms and biases are always F32.
 GGUF_WEIGHT_TYPES = ("F32", "F16", "Q8_0", "Q4_0", "Q4_1")
 # Further types write_gguf writes, for single tensors (overrides) or whole files. gguf-py encodes the
@@ -176,6 +176,12 @@ TINY_QWEN3 = TinyModelSpec(
     max_position_embeddings=1024, tie_word_embeddings=True, qkv_bias=False, seed=3333,
     head_dim_override=128,
 )
+# Phi-3: a Llama decoder whose q|k|v and gate|up are fused tensors (qkv_proj, gate_up_proj).
+TINY_PHI3 = TinyModelSpec(
+    arch="phi3", vocab_size=403, hidden_size=192, intermediate_size=352, num_layers=2,
+    num_heads=3, num_kv_heads=1, rope_theta=10000.0, rms_norm_eps=1e-5,
+    max_position_embeddings=1024, tie_word_embeddings=False, qkv_bias=False, seed=3434,
+)
 # Gemma 3 at head_dim 256 (as Gemma 3 270M: 640 wide, 4 heads of 256, 1 kv head). A query scale of its
 # own (192 ** -0.5, not 256 ** -0.5) in the HF form; the window is shorter than the test prompts.
 TINY_GEMMA3 = TinyModelSpec(
@@ -261,6 +267,9 @@ def _hf_config(spec: TinyModelSpec) -> dict:
         factor, low, high, old_ctx = spec.llama3_rope
         common["rope_scaling"] = {"rope_type": "llama3", "factor": factor, "low_freq_factor": low,
                                   "high_freq_factor": high, "original_max_position_embeddings": old_ctx}
+    if spec.arch == "phi3":
+        return {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "pad_token_id": common["eos_token_id"],
+                "sliding_window": spec.sliding_window or None, **common}
     if spec.arch == "llama" and spec.sliding_window:
         return {"architectures": ["MistralForCausalLM"], "model_type": "mistral",
                 "sliding_window": spec.sliding_window, **common}
@@ -335,6 +344,8 @@ def write_hf(
 
     folder.mkdir(parents=True, exist_ok=True)
     weights = make_weights(spec) if weights is None else weights
+    if spec.arch == "phi3":
+        weights = fuse_phi3(weights)
     if dtype == "bfloat16":
         # numpy has no bfloat16; torch (a test dependency, like this module's users) writes it.
         import torch
@@ -366,6 +377,19 @@ def write_hf(
     return folder
 
 
+def fuse_phi3(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The weights under Phi-3's names: q|k|v rows as self_attn.qkv_proj, gate|up rows as
+    mlp.gate_up_proj (Phi3MLP chunks gate first)."""
+    out = dict(weights)
+    for name in [n for n in weights if n.endswith("self_attn.q_proj.weight")]:
+        p = name[: -len("self_attn.q_proj.weight")]
+        out[p + "self_attn.qkv_proj.weight"] = np.concatenate(
+            [out.pop(p + f"self_attn.{x}_proj.weight") for x in "qkv"], axis=0)
+        out[p + "mlp.gate_up_proj.weight"] = np.concatenate(
+            [out.pop(p + "mlp.gate_proj.weight"), out.pop(p + "mlp.up_proj.weight")], axis=0)
+    return out
+
+
 def _permute_for_gguf_llama(w: np.ndarray, n_heads: int) -> np.ndarray:
     # llama.cpp's convert_hf_to_gguf `permute`: half-split rotary rows -> interleaved pairs.
     return (w.reshape(n_heads, 2, w.shape[0] // n_heads // 2, *w.shape[1:])
@@ -386,6 +410,7 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
         "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
         "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
         "mlp.down_proj": "ffn_down", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+        "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up",  # Phi-3's fused tensors
     }
     if arch == "gemma3":  # llama.cpp's Gemma 3 names: its post_attention_layernorm norms the attention output
         table.update({"post_attention_layernorm": "post_attention_norm", "pre_feedforward_layernorm": "ffn_norm",
@@ -534,8 +559,11 @@ def write_gguf(spec: TinyModelSpec, path: Path, weight_type: str = "F32",
     else:
         _add_bpe_vocab(writer, spec.vocab_size)
 
+    if spec.arch == "phi3":  # transformers' Phi3Config pads with id 32000 unless the file names one
+        writer.add_pad_token_id(SPECIAL_TOKENS.index(EOS_TOKEN))
     rng = np.random.default_rng(spec.seed + 7)
-    for hf_name, w in make_weights(spec).items():
+    weights = make_weights(spec)
+    for hf_name, w in (fuse_phi3(weights) if spec.arch == "phi3" else weights).items():
         if spec.arch == "llama" and hf_name.endswith(("q_proj.weight", "k_proj.weight")):
             heads = spec.num_heads if "q_proj" in hf_name else spec.num_kv_heads
             w = _permute_for_gguf_llama(w, heads)
