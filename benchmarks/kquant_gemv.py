@@ -19,6 +19,7 @@ import numpy as np
 
 from benchmarks.cache_size import ColdSize, llc_bytes
 from benchmarks.kernels import KernelBench, _per_op
+from graphs.kernel_ops import Q8_ACT_QTYPES
 
 FORMATS = ("q4_0", "q8_0", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs")
 
@@ -46,7 +47,7 @@ def run(k: int, n: int, cold: ColdSize, formats: tuple[str, ...], act: str = "f3
         probe_gbps = probe_bytes / raw.pop("probe").median / 1e9
         per_op = _per_op(raw, ops_n)["crucible"]
         gbps = wq.nbytes / per_op.median / 1e9
-        row = {"qtype": qtype, "act": act, "M": 1, "K": k, "N": n, "ops": ops_n, "sets": sets,
+        row = {"qtype": qtype, "act": act if qtype in Q8_ACT_QTYPES else "f32", "M": 1, "K": k, "N": n, "ops": ops_n, "sets": sets,
                "weight_mb": round(wq.nbytes / 1e6, 2), "us_per_op": round(per_op.median * 1e6, 1),
                "read_gbps": round(gbps, 1), "probe_gbps": round(probe_gbps, 1),
                "share_of_probe": round(gbps / probe_gbps, 3)}

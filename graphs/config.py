@@ -1,10 +1,12 @@
 """One frozen model configuration for the Llama family, read from a Hugging Face config.json or from GGUF
 metadata.
 
-Supported architectures: Llama (2, 3, SmolLM2, Mistral-style: no biases, optional llama3 rope scaling),
-Qwen2 (q/k/v biases), Qwen3 (RMSNorm of each q and k head before rope, head_dim of its own) and Gemma 3
-text models (embedding scaled by sqrt(hidden), norms with weights 1 + w, GeGLU MLP, norms before and after
-attention and the MLP, q/k norms, query_pre_attn_scalar, sliding-window layers with their own rope base).
+Supported architectures: Llama (2, 3, SmolLM2: no biases, optional llama3 rope scaling), Mistral (a Llama
+whose config.json window covers every layer), Qwen2 (q/k/v biases) and Qwen3 (RMSNorm of each q and k head
+before rope, head_dim of its own), both with config.json's optional sliding-window layers, Phi-3 (a Llama
+with fused q|k|v and gate|up tensors) and Gemma 3 text models (embedding scaled by sqrt(hidden), norms with
+weights 1 + w, GeGLU MLP, norms before and after attention and the MLP, q/k norms, query_pre_attn_scalar,
+sliding-window layers with their own rope base).
 Anything else is rejected by name, never guessed.
 """
 
@@ -347,6 +349,10 @@ def config_from_gguf(reader) -> ModelConfig:
         raise UnsupportedModelError(f"GGUF rope scaling {field(f'{p}.rope.scaling.type')!r} is not supported")
     if arch == "phi3" and "rope_factors_long.weight" in names:
         raise UnsupportedModelError("GGUF phi3 with LongRoPE factors (the 128k models) is not supported")
+    if arch == "phi3" and int(field(f"{p}.rope.dimension_count", hidden // heads)) != hidden // heads:
+        raise UnsupportedModelError(
+            f"GGUF phi3 with partial rotary ({field(f'{p}.rope.dimension_count')} of {hidden // heads} dims) "
+            "is not supported")
     factors = None
     if "rope_freqs.weight" in names:  # llama.cpp's form of Llama 3.1/3.2 frequency scaling
         t = next(t for t in reader.tensors if t.name == "rope_freqs.weight")

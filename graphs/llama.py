@@ -9,7 +9,7 @@ MAX built-ins only reshape, slice, gather, add a Qwen2 bias and scale Gemma's em
 Gemma 3 normalize each q and k head (crucible.rmsnorm over [T * heads, D] rows) between the projection and
 the rope op. Gemma 3 also norms the attention and MLP outputs before their residual adds, gates its MLP
 with gelu_tanh, and runs its sliding-window layers with the attention op's `window` and their own rope
-frequencies; its query_pre_attn_scalar is folded into the q norm's weights (the attention op scales by
+frequencies (Mistral's, Phi-3's and Qwen's windows, when config.json sets them, take the same `window`); its query_pre_attn_scalar is folded into the q norm's weights (the attention op scales by
 head_dim ** -0.5, and the norm's output feeds only the linear rope). Fusing the residual adds and the
 split/rope/cache-write step takes 5 kernel launches out of each layer (~2 us each on the CPU, where a
 batch-1 decode step launches ~14 per layer), the gated MLP epilogue one more, and the MLP as one op one more. A qkv whose

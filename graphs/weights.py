@@ -300,8 +300,10 @@ def load_gguf_weights(path: Path, cfg: ModelConfig, form: FloatForm = "f32") -> 
     def get_linear(layer: int | None, key: str) -> Linear:
         if layer is None:
             return linear_from("token_embd.weight" if key == "embed" else "output.weight", None)
-        if cfg.arch == "phi3" and key in FUSED_PARTS:
-            return fused_part(get_linear(layer, FUSED_PARTS[key]), cfg, key)
+        fused = FUSED_PARTS.get(key)
+        # llama.cpp also reads a phi3 file with separate attn_q / attn_k / attn_v.
+        if cfg.arch == "phi3" and fused and f"blk.{layer}.{_GGUF_NAMES[fused]}.weight" in tensors:
+            return fused_part(get_linear(layer, fused), cfg, key)
         base = f"blk.{layer}.{_GGUF_NAMES[key]}"
         return linear_from(base + ".weight", base + ".bias")
 

@@ -3,8 +3,8 @@
 #   qgemv  M <= 32 (decode, and batched decode up to 32 sequences), in groups of up to 8 rows of x.
 #          Memory-bound on the quantized bytes: each block is decoded in registers and used by every
 #          row of its group. The rows: qgemv_rows.mojo (float x; M = 1 Q4_0 / Q4_1 take
-#          qgemv_groups.mojo on AVX-512BW and qgemv_octets.mojo on AVX2 without VNNI; M = 1 K-quants
-#          take qgemv_ksuper.mojo) and
+#          qgemv_groups.mojo on AVX-512BW and qgemv_octets.mojo on AVX2 without VNNI; M = 1 K-quants and
+#          IQ4_XS take qgemv_ksuper.mojo) and
 #          qgemv_rows_q8.mojo (act = "q8": x quantized to int8 per block; the K-quants take
 #          qgemv_ksuper_q8.mojo).
 #   gemm   M > 32 (prefill). The fp32 GEMM of gemm_cpu.mojo with a packing step that decodes blocks

@@ -34,13 +34,13 @@ def iq4_levels(q: SIMD[DType.int32, IQ_LANES]) -> SIMD[F32, IQ_LANES]:
     """Float(KVALUES[q & 0xF]) per lane, the upper bits of q ignored.
 
     x86 with AVX-512: one vpermps (it reads the low 4 bits of each index), as quant.nibble_values.
-    Other x86: one pshufb over the int8 levels, then a widening conversion. Elsewhere (aarch64, GPUs):
-    lane by lane.
+    AVX2: one pshufb over the int8 levels, then a widening conversion. Elsewhere (baseline x86-64,
+    aarch64, GPUs): lane by lane.
     """
     comptime if CompilationTarget.has_avx512f():
         var table = KVALUES.cast[F32]()
         return llvm_intrinsic["llvm.x86.avx512.permvar.sf.512", SIMD[F32, IQ_LANES]](table, q)
-    elif CompilationTarget.is_x86():
+    elif CompilationTarget.has_avx2():
         var idx = (q & 0xF).cast[DType.uint8]()
         var v = llvm_intrinsic["llvm.x86.ssse3.pshuf.b.128", SIMD[DType.uint8, IQ_LANES]](
             bitcast[DType.uint8, IQ_LANES](KVALUES), idx)

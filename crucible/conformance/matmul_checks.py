@@ -31,7 +31,7 @@ RANDOM_QTYPES = SUPER_QTYPES + ("iq4_nl",)
 # from a row start that is not 16-byte aligned (Q4_0 rows of 1170 bytes).
 QMATMUL_KN = ((576, 1536), (1536, 576), (64, 33), (96, 40), (160, 7), (288, 17), (480, 24), (4096, 96),
               (2080, 33))
-# K-quants: K is a multiple of their 256-value super-block; 256 is one super-block, 768 three, 1536
+# K-quants and IQ4_XS: K is a multiple of their 256-value super-block; 256 is one super-block, 768 three, 1536
 # SmolLM2's MLP width, 2304 nine (staged: a full step of 8 super-blocks, then one; Q6_K rows of 1890
 # bytes); odd and small N.
 QMATMUL_KN_K = ((768, 577), (256, 33), (1536, 7), (512, 96), (2304, 33))

@@ -41,7 +41,7 @@ def mlp_triples(target: str) -> tuple[tuple[str, str, str], ...]:
 
 
 def mlp_shapes(qd: str) -> list[tuple[int, int, int]]:
-    """(M, H, I) for a down type: I a multiple of 256 when down is a K-quant."""
+    """(M, H, I) for a down type: I a multiple of 256 when down has 256-value super-blocks (K-quants, IQ4_XS)."""
     return [(m, hh, i) for m in MLP_M for hh, i in (MLP_HI_K if qd in SUPER_QTYPES else MLP_HI)]
 
 

@@ -72,7 +72,7 @@ def block_offsets(wq: np.ndarray, qtype: str, n_out: int, k_in: int) -> np.ndarr
 
 # Byte offsets of the f16 fields (d, dmin) in each block of the formats gguf-py cannot encode
 # (ggml-common.h).
-KQUANT_HALF_OFFSETS = {"q2_k": (80, 82), "q3_k": (108,), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,),
+HALF_OFFSETS = {"q2_k": (80, 82), "q3_k": (108,), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,),
                        "iq4_nl": (0,), "iq4_xs": (0,)}
 
 
@@ -84,7 +84,7 @@ def random_blocks(n_out: int, k_in: int, qtype: str, rng: np.random.Generator) -
 
     block, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype.upper()]]
     blocks = rng.integers(0, 256, (n_out, k_in // block, nbytes), dtype=np.uint8)
-    for at in KQUANT_HALF_OFFSETS[qtype]:
+    for at in HALF_OFFSETS[qtype]:
         d = (rng.standard_normal(blocks.shape[:2]) * 0.01).astype(np.float16)
         blocks[..., at:at + 2] = d.view(np.uint8).reshape(*blocks.shape[:2], 2)
     return blocks.reshape(n_out, -1)

@@ -40,7 +40,7 @@ SUBNORMAL = float(np.finfo(np.float32).tiny)  # 2^-126: below it, a flush to zer
 
 
 def qmatmul2_shapes(qa: str, qb: str) -> list[tuple[int, int, int, int]]:
-    """(M, K, Na, Nb) for a type pair: K a multiple of 256 when either type is a K-quant."""
+    """(M, K, Na, Nb) for a type pair: K a multiple of 256 when either type has 256-value super-blocks (K-quants, IQ4_XS)."""
     kn = QMATMUL2_KN_K if qa in SUPER_QTYPES or qb in SUPER_QTYPES else QMATMUL2_KN
     return [(m, k, na, nb) for m in QMATMUL2_M for k, na, nb in kn]
 

@@ -79,3 +79,33 @@ def test_phi3_variants_beyond_the_decoder_are_refused(tmp_path: Path, fields: di
     (tmp_path / "config.json").write_text(json.dumps(raw))
     with pytest.raises(UnsupportedModelError, match=match):
         config_from_hf(tmp_path)
+
+
+def test_gguf_with_separate_q_k_v_reads_the_same(files: dict[str, Path], tmp_path: Path) -> None:
+    """llama.cpp also reads phi3 files whose attention keeps attn_q, attn_k and attn_v apart: the same
+    rows give the same logits."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(files["gguf"]))
+    writer = gguf.GGUFWriter(str(tmp_path / "split.gguf"), "phi3")
+    for key, f in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        writer.add_key_value(key, f.contents(), f.types[0], f.types[-1] if len(f.types) > 1 else None)
+    q, kv = 3 * 64, 64
+    for t in reader.tensors:
+        data = np.asarray(t.data)
+        if t.name.endswith("attn_qkv.weight"):
+            base = t.name[: -len("attn_qkv.weight")]
+            for part, rows in (("attn_q", slice(0, q)), ("attn_k", slice(q, q + kv)), ("attn_v", slice(q + kv, None))):
+                writer.add_tensor(f"{base}{part}.weight", np.ascontiguousarray(data[rows]), raw_dtype=t.tensor_type)
+        else:
+            writer.add_tensor(t.name, data, raw_dtype=t.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    ids = _ids()
+    split = CrucibleModel(str(tmp_path / "split.gguf"))
+    assert [lin.n_out for lin in split.weights.layers[0].qkv] == [(3 + 2) * 64]
+    assert np.array_equal(full_logits(split, ids), full_logits(CrucibleModel(str(files["gguf"])), ids))

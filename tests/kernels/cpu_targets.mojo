@@ -19,7 +19,7 @@ from kernels.matmul_cpu import matmul_cpu
 from kernels.qmatmul_cpu import qmatmul_cpu
 from kernels.mlp import mlp_cpu
 from kernels.qmatmul2 import qmatmul2_cpu
-from kernels.quant import QBLOCK, block_bytes
+from kernels.quant import QBLOCK, block_bytes, block_values, has_q8_rows, row_bytes_of
 from kernels.rmsnorm import _add_rms_row_cpu, _rms_row_cpu
 from kernels.rope import RW, RopeVecs, rope_angles, rope_head_cpu
 from kernels.silu_mul import gated_act
@@ -48,10 +48,11 @@ def matmuls(ctx: DeviceContext) raises:
 
 
 def qmatmuls[qtype: StaticString](ctx: DeviceContext) raises:
-    # Weights: [N, K / 32 * block_bytes] bytes of zero blocks; M = 1, 3 (row pairs) and 64 (GEMM).
-    comptime K = 128
+    # Weights: [N, row bytes] of zero blocks; M = 1, 3 (row pairs) and 64 (GEMM). K: four 32-value
+    # blocks, or one 256-value super-block.
+    comptime K = 256 if block_values[qtype]() == 256 else 128
     comptime N = 16
-    var bytes = N * (K // QBLOCK) * block_bytes[qtype]()
+    var bytes = N * row_bytes_of[qtype](K)
     var w = rebind[BytePtr](scratch[DType.uint8](bytes))
     for i in range(bytes):
         w[unsafe_offset=i] = 0
@@ -59,7 +60,7 @@ def qmatmuls[qtype: StaticString](ctx: DeviceContext) raises:
     var y = _zeros(64 * 2 * N)
     for m in [1, 3, 64]:
         qmatmul_cpu[qtype, "f32"](y, x, w, m, N, K, ctx, N)
-        comptime if qtype != "f16":  # the formats with an int8-activation path
+        comptime if has_q8_rows[qtype]():  # the formats with an int8-activation path
             qmatmul_cpu[qtype, "q8"](y, x, w, m, N, K, ctx, N)
         # crucible.qmatmul2: the weight beside itself, concatenated ([m, 2N] fits y) and gated.
         qmatmul2_cpu[qtype, qtype, "f32", "cat"](y, x, w, w, m, N, N, K, ctx)
@@ -149,6 +150,8 @@ def main() raises:
     qmatmuls["q5_0"](ctx)
     qmatmuls["q8_0"](ctx)
     qmatmuls["f16"](ctx)
+    qmatmuls["iq4_nl"](ctx)
+    qmatmuls["iq4_xs"](ctx)
     mlps["q5_0"](ctx)
     attentions[64](ctx)
     attentions[128](ctx)

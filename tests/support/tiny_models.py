@@ -423,13 +423,13 @@ def random_blocks_like(w: np.ndarray, wtype: str, rng: np.random.Generator) -> n
     their d (and dmin) set so the decoded values have w's standard deviation."""
     import gguf
 
-    from crucible.conformance.naive import KQUANT_HALF_OFFSETS, dequantize, random_blocks
+    from crucible.conformance.naive import HALF_OFFSETS, dequantize, random_blocks
 
     qtype = wtype.lower()
     n, k = w.shape
     block, _ = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[wtype]]
     blocks = random_blocks(n, k, qtype, rng).reshape(n, k // block, -1)
-    halves = KQUANT_HALF_OFFSETS[qtype]
+    halves = HALF_OFFSETS[qtype]
     unit = dequantize(_set_halves(blocks, halves, 1.0).reshape(n, -1), qtype, n, k)
     scale = float(np.std(w)) / max(float(np.std(unit)), 1e-30)
     return _set_halves(blocks, halves, scale).reshape(n, -1)
