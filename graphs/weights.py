@@ -16,6 +16,7 @@ matmuls instead of 7.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -153,6 +154,12 @@ def fused_part(whole: Linear, cfg: ModelConfig, key: str) -> Linear:
     return Linear(whole.qtype, np.ascontiguousarray(whole.data[start:stop]), stop - start, whole.k_in, bias)
 
 
+def last_read(read):
+    """read(layer, name), remembering its last result: Phi-3's q, k and v (gate and up) are asked for one
+    after another and come from one fused tensor, which is then read and converted once, not per part."""
+    return functools.lru_cache(maxsize=1)(read)
+
+
 def _assemble(cfg: ModelConfig, get, get_linear) -> ModelWeights:
     layers = []
     for i in range(cfg.num_layers):
@@ -238,11 +245,13 @@ def load_hf_weights(folder: Path, cfg: ModelConfig, form: FloatForm = "f32") -> 
         b = as_f32(raw(bias)) if bias is not None and bias in tensors else None
         return float_linear(t.array, form, b, bf16_bits_given=t.dtype == "BF16")
 
+    fused_whole = last_read(lambda layer, name: get_linear(layer, name))
+
     def get_linear(layer: int | None, key: str) -> Linear:
         if layer is None:
             return linear("model.embed_tokens.weight" if key == "embed" else "lm_head.weight", None)
         if cfg.arch == "phi3" and key in FUSED_PARTS:
-            return fused_part(get_linear(layer, FUSED_PARTS[key]), cfg, key)
+            return fused_part(fused_whole(layer, FUSED_PARTS[key]), cfg, key)
         prefix = f"model.layers.{layer}.{names[key]}"
         return linear(prefix + ".weight", prefix + ".bias")
 
@@ -297,13 +306,15 @@ def load_gguf_weights(path: Path, cfg: ModelConfig, form: FloatForm = "f32") -> 
                 f"(supported: F32, {', '.join(GGUF_QTYPES)})")
         return Linear(qtype, data, n_out, k_in, bias)
 
+    fused_whole = last_read(lambda layer, name: get_linear(layer, name))
+
     def get_linear(layer: int | None, key: str) -> Linear:
         if layer is None:
             return linear_from("token_embd.weight" if key == "embed" else "output.weight", None)
         fused = FUSED_PARTS.get(key)
         # llama.cpp also reads a phi3 file with separate attn_q / attn_k / attn_v.
         if cfg.arch == "phi3" and fused and f"blk.{layer}.{_GGUF_NAMES[fused]}.weight" in tensors:
-            return fused_part(get_linear(layer, fused), cfg, key)
+            return fused_part(fused_whole(layer, fused), cfg, key)
         base = f"blk.{layer}.{_GGUF_NAMES[key]}"
         return linear_from(base + ".weight", base + ".bias")
 
